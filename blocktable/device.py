@@ -1,0 +1,101 @@
+"""Where the kernels run: the real GPU, or Triton's interpreter on the CPU.
+
+Triton reads TRITON_INTERPRET when `@triton.jit` decorates a kernel, that is, when a
+module of `blocktable.kernels` is first imported. So the choice is made once per
+process, here, before any kernel module loads, and every report names it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+INTERPRET_VARIABLE = "TRITON_INTERPRET"
+CHOICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str  # "cuda" (compiled kernels) or "interpreter" (TRITON_INTERPRET=1, CPU tensors)
+    device: torch.device
+
+    @property
+    def interpreted(self) -> bool:
+        return self.name == "interpreter"
+
+    def describe(self) -> str:
+        import triton
+
+        versions = f"triton {triton.__version__}, torch {torch.__version__}"
+        if self.interpreted:
+            return f"Triton interpreter on the CPU ({versions})"
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        return f"{torch.cuda.get_device_name(index)} (cuda:{index}, {versions})"
+
+
+_selected: Backend | None = None
+
+
+def _kernels_loaded() -> bool:
+    return any(name.startswith("blocktable.kernels.") for name in sys.modules)
+
+
+def _interpret_requested() -> bool:
+    return os.environ.get(INTERPRET_VARIABLE, "0") not in ("", "0")
+
+
+def select(preference: str = "auto") -> Backend:
+    """Choose the backend for this process ("auto": the GPU when torch sees one and
+    TRITON_INTERPRET is not set, else the interpreter). A second call must agree
+    with the first: a process cannot switch once the kernels are loaded."""
+    global _selected
+    if preference not in CHOICES:
+        raise ValueError(f"device must be one of {', '.join(CHOICES)}, got {preference!r}")
+    if preference == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for, but torch sees no CUDA GPU")
+    if preference == "auto":
+        use_gpu = torch.cuda.is_available() and not _interpret_requested()
+    else:
+        use_gpu = preference == "cuda"
+    wanted = "cuda" if use_gpu else "interpreter"
+    if _selected is not None:
+        if _selected.name != wanted and preference != "auto":
+            raise RuntimeError(f"this process already runs kernels on {_selected.name}; "
+                               f"start a new process for {wanted}")
+        return _selected
+    if _kernels_loaded() and use_gpu == _interpret_requested():
+        raise RuntimeError(f"blocktable.kernels was imported with {INTERPRET_VARIABLE}="
+                           f"{os.environ.get(INTERPRET_VARIABLE)!r} before the backend was chosen; "
+                           f"call blocktable.device.select() first")
+    if use_gpu:
+        os.environ.pop(INTERPRET_VARIABLE, None)
+        _selected = Backend("cuda", torch.device("cuda", torch.cuda.current_device()))
+    else:
+        os.environ[INTERPRET_VARIABLE] = "1"
+        _selected = Backend("interpreter", torch.device("cpu"))
+    return _selected
+
+
+def current() -> Backend:
+    """The chosen backend, choosing automatically if nobody has yet."""
+    return _selected if _selected is not None else select("auto")
+
+
+def check_tensor(name: str, tensor: object, dtype: torch.dtype, ndim: int | None = None,
+                 backend: Backend | None = None) -> torch.Tensor:
+    """A public call's tensor argument: right type, dtype, rank and device, or a clear
+    TypeError/ValueError before anything is launched."""
+    backend = backend or current()
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype != dtype:
+        raise TypeError(f"{name} must be {dtype}, got {tensor.dtype}")
+    if ndim is not None and tensor.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(tensor.shape)}")
+    if tensor.device.type != backend.device.type:
+        where = "CUDA tensors (the GPU backend)" if backend.name == "cuda" else "CPU tensors (the interpreter)"
+        raise ValueError(f"{name} is on {tensor.device}, but kernels run on {backend.name}: pass {where}")
+    return tensor

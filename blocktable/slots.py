@@ -1,0 +1,31 @@
+"""Our slot-mapping kernels behind the plug-in contract (README, "Plug-in API"):
+
+    fn(query_start_loc, positions, block_table, slot_mapping, *, kv_block_size,
+       kernel_block_size, cp_world_size, cp_rank, cp_interleave) -> None
+
+int32 [N+1], int64 [T], int32 [rows, width], int64 [Tmax] written in place, the
+-1 tail included. Every input is checked before a launch (blocktable.checks).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from blocktable.checks import check_config, check_slot_inputs
+from blocktable.device import current
+
+TOKENS_PER_TILE = 1024  # vLLM's tile; the interpreter also likes few, wide programs
+
+
+def slot_mapping_per_request(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
+                             slot_mapping: torch.Tensor, *, kv_block_size: int, kernel_block_size: int,
+                             cp_world_size: int = 1, cp_rank: int = 0, cp_interleave: int = 1) -> None:
+    """One program per request, looping over its tokens; one more pads the tail."""
+    backend = current()
+    check_config(kv_block_size, kernel_block_size, cp_world_size, cp_rank, cp_interleave)
+    N, T, Tmax = check_slot_inputs(query_start_loc, positions, block_table, slot_mapping, backend)
+    from blocktable.kernels.slot_mapping import slot_mapping_per_request as kernel
+
+    kernel[(N + 1,)](query_start_loc, positions, block_table, block_table.stride(0), slot_mapping,
+                     T, Tmax, block_table.shape[1], kv_block_size, kernel_block_size,
+                     cp_world_size, cp_rank, cp_interleave, BLOCK=TOKENS_PER_TILE)

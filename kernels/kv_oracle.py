@@ -1,0 +1,65 @@
+"""The data-level oracle's kernels (SPEC §7): write one value per token into a paged
+KV cache through a slot mapping, copy blocks for copy-on-write pairs, and read
+values back through block-table rows.
+
+These are the harness's instruments, not the code under test: `gather` computes
+its addresses from the block table itself (as attention does), with its own
+arithmetic, so that a slot-mapping kernel under test cannot also bend the read-back.
+A cache holds slots [slot_base, slot_base + num_slots); slot_base lets huge block
+ids index a small cache.
+"""
+
+import triton
+import triton.language as tl
+
+POISON_VALUE = -(2**62)  # an unwritten slot, or a position this rank does not hold
+OUT_OF_CACHE_VALUE = POISON_VALUE + 1  # a table entry that points outside the cache
+POISON = tl.constexpr(POISON_VALUE)
+OUT_OF_CACHE = tl.constexpr(OUT_OF_CACHE_VALUE)
+
+
+@triton.jit
+def write_values(slot_ptr, value_ptr, cache_ptr, num_tokens, slot_base, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_range = offs < num_tokens
+    slot = tl.load(slot_ptr + offs, mask=in_range, other=-1)
+    value = tl.load(value_ptr + offs, mask=in_range, other=0)
+    tl.store(cache_ptr + (slot - slot_base), value, mask=in_range & (slot >= 0))
+
+
+@triton.jit
+def copy_blocks(src_ptr, dst_ptr, cache_ptr, block_slots, slot_base, BLOCK: tl.constexpr):
+    pair = tl.program_id(0)
+    src = tl.load(src_ptr + pair).to(tl.int64) * block_slots - slot_base
+    dst = tl.load(dst_ptr + pair).to(tl.int64) * block_slots - slot_base
+    for start in range(0, block_slots, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        in_block = offs < block_slots
+        v = tl.load(cache_ptr + src + offs, mask=in_block, other=0)
+        tl.store(cache_ptr + dst + offs, v, mask=in_block)
+
+
+@triton.jit
+def gather(table_ptr, table_stride, width, row_ptr, pos_ptr, cache_ptr, out_ptr, num_reads, slot_base,
+           num_slots, K, B, W, R, I, BLOCK: tl.constexpr):
+    """out[i] = the value this rank holds for position pos[i] of table row row[i],
+    POISON where this rank does not hold it (another rank's, or past the row), and
+    OUT_OF_CACHE where the row points outside the cache."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    in_range = offs < num_reads
+    p = tl.load(pos_ptr + offs, mask=in_range, other=0)
+    row = tl.load(row_ptr + offs, mask=in_range, other=0).to(tl.int64)
+    per_virtual_block = K * W
+    virtual_block = p // per_virtual_block
+    within = p % per_virtual_block
+    stripe = within // I  # which interleave stripe; stripes go round the ranks
+    owner = stripe % W
+    local = (stripe // W) * I + within % I
+    column = virtual_block * (K // B) + local // B
+    readable = in_range & (owner == R) & (column < width)
+    block = tl.load(table_ptr + row * table_stride + column, mask=readable, other=0).to(tl.int64)
+    index = block * B + local % B - slot_base
+    inside = (index >= 0) & (index < num_slots)
+    value = tl.load(cache_ptr + index, mask=readable & inside, other=0)
+    value = tl.where(inside, value, OUT_OF_CACHE)
+    tl.store(out_ptr + offs, tl.where(readable, value, POISON), mask=in_range)

@@ -1,0 +1,49 @@
+"""SPEC §4 as Triton kernels: the slot of every scheduled token, -1 where the token
+is not this rank's or its table column lies past the row, and -1 over the tail.
+
+`per_request` is the simple design vLLM ships (one program per request looping over
+token tiles, one extra program for the tail); it is the baseline the faster designs
+are measured against. All index arithmetic is int64: positions are int64, and block
+ids are widened before the multiply so that ids up to 2**31-1 times B cannot wrap.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def token_slots(p, row_ptr, width, K, B, W, R, I):
+    """(slot, keep) for int64 positions `p` of the request whose row starts at row_ptr.
+    keep is False where the token is not this rank's or its column is past the row."""
+    P = K // B
+    vb = K * W  # one virtual block: K tokens on each of W ranks
+    vbi = p // vb
+    vbo = p - vbi * vb
+    local = ((vbo // I) % W) == R  # ownership in allocation-block coordinates
+    lofs = (vbo // (W * I)) * I + vbo % I  # offset inside this rank's K slots
+    col = vbi * P + lofs // B
+    keep = local & (col < width)
+    block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)
+    return block * B + lofs % B, keep
+
+
+@triton.jit
+def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
+                             num_tokens, max_num_tokens, width, K, B, W, R, I,
+                             BLOCK: tl.constexpr):
+    req = tl.program_id(0)
+    if req == tl.num_programs(0) - 1:
+        # The last program pads [num_tokens, max_num_tokens) with -1.
+        for start in range(num_tokens, max_num_tokens, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            tl.store(out_ptr + offs, tl.full([BLOCK], -1, tl.int64), mask=offs < max_num_tokens)
+    else:
+        begin = tl.load(qsl_ptr + req)
+        end = tl.load(qsl_ptr + req + 1)
+        row_ptr = table_ptr + req.to(tl.int64) * table_stride
+        for start in range(begin, end, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            in_req = offs < end
+            p = tl.load(pos_ptr + offs, mask=in_req, other=0)
+            slot, keep = token_slots(p, row_ptr, width, K, B, W, R, I)
+            tl.store(out_ptr + offs, tl.where(keep, slot, -1), mask=in_req)

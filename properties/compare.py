@@ -1,0 +1,55 @@
+"""Bit-for-bit comparisons between the reference and the implementation, each
+failing with a message that names the first differing element in domain terms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class Discrepancy(AssertionError):
+    """The implementation disagrees with the reference. `what` names the compared
+    state; `index` is the first differing element, `expected`/`actual` its values."""
+
+    def __init__(self, what: str, message: str, index: tuple[int, ...] | None = None,
+                 expected: Any = None, actual: Any = None) -> None:
+        super().__init__(f"{what}: {message}")
+        self.what = what
+        self.index = index
+        self.expected = expected
+        self.actual = actual
+
+
+def assert_arrays_equal(what: str, expected: np.ndarray, actual: np.ndarray) -> None:
+    """Same shape, same dtype, same values everywhere (padding and tails included)."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if expected.shape != actual.shape:
+        raise Discrepancy(what, f"shape {actual.shape}, expected {expected.shape}")
+    if expected.dtype != actual.dtype:
+        raise Discrepancy(what, f"dtype {actual.dtype}, expected {expected.dtype}")
+    if not np.array_equal(expected, actual):
+        differ = np.argwhere(expected != actual)
+        index = tuple(int(i) for i in differ[0])
+        raise Discrepancy(what, f"{len(differ)} elements differ; first at {list(index)}: "
+                                f"expected {expected[index]}, got {actual[index]}",
+                          index, expected[index].item(), actual[index].item())
+
+
+def assert_table_equal(what: str, reference: Any, implementation: Any) -> None:
+    """One group's table: host rows, counts and the committed device copy."""
+    assert_arrays_equal(f"{what} host rows", reference.host, implementation.host)
+    assert_arrays_equal(f"{what} row counts", reference.count, implementation.count)
+    assert_arrays_equal(f"{what} device rows", reference.device, implementation.device_rows())
+
+
+def assert_pool_equal(what: str, reference: Any, implementation: Any) -> None:
+    """Ref counts and the free queue, in order."""
+    assert_arrays_equal(f"{what} ref counts", np.asarray(reference.ref, dtype=np.int32), implementation.ref)
+    ref_queue, impl_queue = list(reference.free_queue), implementation.free_queue()
+    if ref_queue != impl_queue:
+        first = next((i for i, (a, b) in enumerate(zip(ref_queue, impl_queue)) if a != b),
+                     min(len(ref_queue), len(impl_queue)))
+        raise Discrepancy(f"{what} free queue", f"differs from position {first}: expected "
+                          f"{ref_queue[first:first + 8]}, got {impl_queue[first:first + 8]} "
+                          f"(lengths {len(ref_queue)} and {len(impl_queue)})")

@@ -1,0 +1,135 @@
+"""SPEC §6: the ref-counted block pool with its FIFO free queue.
+
+Blocks are 0 .. num_blocks-1. With null_block=True block 0 is reserved: never
+allocated, never freed, never queued. The queue is a plain list, scanned and
+sliced; the implementation's queue is O(1) and must hand out the same ids.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+class InvariantError(AssertionError):
+    """A SPEC §6 invariant does not hold. `invariant` names which, `block` the block."""
+
+    def __init__(self, invariant: str, block: int | None, message: str) -> None:
+        super().__init__(message)
+        self.invariant = invariant
+        self.block = block
+
+
+def _as_ids(ids: Iterable[int], what: str) -> list[int]:
+    out = []
+    for b in ids:
+        if not isinstance(b, (int, np.integer)) or isinstance(b, bool):
+            raise TypeError(f"{what}: block id must be an int, got {type(b).__name__} {b!r}")
+        out.append(int(b))
+    return out
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, null_block: bool = True) -> None:
+        if type(num_blocks) is not int or num_blocks < (2 if null_block else 1):
+            raise ValueError(f"num_blocks must be an int >= {2 if null_block else 1}, got {num_blocks!r}")
+        self.num_blocks = num_blocks
+        self.null_block = null_block
+        self.ref = [0] * num_blocks
+        first = 1 if null_block else 0
+        self.free_queue: list[int] = list(range(first, num_blocks))
+
+    @property
+    def num_usable(self) -> int:
+        """Non-null blocks: the ones that can ever be handed out."""
+        return self.num_blocks - (1 if self.null_block else 0)
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free_queue)
+
+    def _check_id(self, b: int, what: str) -> None:
+        if not 0 <= b < self.num_blocks:
+            raise ValueError(f"{what}: block {b} is out of range [0, {self.num_blocks})")
+        if self.null_block and b == 0:
+            raise ValueError(f"{what}: block 0 is the null block")
+
+    def allocate(self, n: int) -> list[int]:
+        """Pop n blocks from the head of the queue, each at ref 1."""
+        if type(n) is not int or n < 0:
+            raise ValueError(f"allocate needs a count >= 0, got {n!r}")
+        if n > len(self.free_queue):
+            raise ValueError(f"cannot allocate {n} blocks: only {len(self.free_queue)} are free")
+        ids = self.free_queue[:n]
+        del self.free_queue[:n]
+        for b in ids:
+            self.ref[b] = 1
+        return ids
+
+    def free(self, ids: Sequence[int]) -> None:
+        """Release one request's blocks, given last block first. Each ref drops by one;
+        blocks reaching 0 join the tail of the queue in the order given."""
+        ids = _as_ids(ids, "free")
+        seen: set[int] = set()
+        for b in ids:
+            self._check_id(b, "free")
+            if b in seen:
+                raise ValueError(f"free: block {b} is listed twice in one call")
+            seen.add(b)
+            if self.ref[b] == 0:
+                raise ValueError(f"free: double free of block {b} (its ref is already 0)")
+        for b in ids:
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free_queue.append(b)
+
+    def share(self, ids: Sequence[int]) -> None:
+        """Fork: one more table holds each of these blocks. Ids must be distinct and in use."""
+        ids = _as_ids(ids, "share")
+        seen: set[int] = set()
+        for b in ids:
+            self._check_id(b, "share")
+            if b in seen:
+                raise ValueError(f"share: block {b} is listed twice in one call")
+            seen.add(b)
+            if self.ref[b] == 0:
+                raise ValueError(f"share: block {b} is free (ref 0) and cannot be shared")
+        for b in ids:
+            self.ref[b] += 1
+
+    def check_invariants(self, tables: Iterable[Sequence[int]]) -> None:
+        """Raise InvariantError naming the first broken SPEC §6 invariant and its block.
+        `tables` are the block lists of every live table.
+
+        SPEC §6's fourth invariant, free count + blocks in use = non-null blocks, is
+        not checked on its own: once no block is queued twice, it says exactly what
+        "queued iff ref is 0" says for every block, and that check names the block.
+        """
+        holders = [0] * self.num_blocks
+        for table in tables:
+            for b in set(table):
+                if not 0 <= b < self.num_blocks:
+                    raise InvariantError("id-range", b, f"a live table holds block {b}, outside the pool")
+                holders[b] += 1
+        queued = [0] * self.num_blocks
+        for b in self.free_queue:
+            if not 0 <= b < self.num_blocks:
+                raise InvariantError("id-range", b, f"the free queue holds block {b}, outside the pool")
+            queued[b] += 1
+        if self.null_block:
+            if queued[0] or self.ref[0] or holders[0]:
+                raise InvariantError("null-block", 0,
+                                     f"block 0 is the null block but has ref {self.ref[0]}, "
+                                     f"is queued {queued[0]} times and held by {holders[0]} tables")
+        first = 1 if self.null_block else 0
+        for b in range(first, self.num_blocks):
+            if queued[b] > 1:
+                raise InvariantError("queued-once", b, f"block {b} is in the free queue {queued[b]} times")
+            if (queued[b] == 1) != (self.ref[b] == 0):
+                raise InvariantError("queued-iff-free", b,
+                                     f"block {b} has ref {self.ref[b]} but is "
+                                     f"{'in' if queued[b] else 'not in'} the free queue")
+            if self.ref[b] != holders[b]:
+                raise InvariantError("ref-equals-holders", b,
+                                     f"block {b} has ref {self.ref[b]} but {holders[b]} live tables hold it")

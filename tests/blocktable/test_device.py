@@ -1,0 +1,58 @@
+"""The backend choice: made once per process, before any kernel module loads."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from blocktable import device
+
+
+def test_the_choice_is_stable_and_described(backend):
+    assert device.select("auto") is backend
+    assert device.current() is backend
+    text = backend.describe()
+    assert ("interpreter" in text) == backend.interpreted and "triton" in text
+
+
+def test_unknown_choice_is_rejected():
+    with pytest.raises(ValueError, match="device must be one of auto, cpu, cuda, got 'tpu'"):
+        device.select("tpu")
+
+
+def test_switching_after_the_choice_is_refused(backend):
+    other = "cpu" if backend.name == "cuda" else "cuda"
+    expected = RuntimeError
+    with pytest.raises(expected, match="already runs kernels on|torch sees no CUDA GPU"):
+        device.select(other)
+
+
+def test_interpreter_env_is_set_before_kernels_load():
+    """A fresh process choosing the CPU sets TRITON_INTERPRET, and its kernels are interpreted."""
+    code = ("from blocktable import device; b = device.select('cpu'); import os; "
+            "import blocktable.kernels.slot_mapping as k; "
+            "print(b.name, os.environ['TRITON_INTERPRET'], type(k.slot_mapping_per_request).__name__)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["interpreter", "1", "InterpretedFunction"]
+
+
+def test_kernels_imported_in_the_wrong_mode_are_detected():
+    code = ("import blocktable.kernels.slot_mapping; from blocktable import device; device.select('cpu')")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode != 0 and "call blocktable.device.select() first" in out.stderr
+
+
+@pytest.mark.parametrize("tensor, dtype, ndim, error, match", [
+    ([1, 2], torch.int32, 1, TypeError, "x must be a torch.Tensor, got list"),
+    (torch.zeros(2, dtype=torch.int64), torch.int32, 1, TypeError, "x must be torch.int32, got torch.int64"),
+    (torch.zeros((2, 2), dtype=torch.int32), torch.int32, 1, ValueError, "x must be 1-D, got shape \\(2, 2\\)"),
+])
+def test_check_tensor(backend, tensor, dtype, ndim, error, match):
+    if isinstance(tensor, torch.Tensor):
+        tensor = tensor.to(backend.device)
+    with pytest.raises(error, match=match):
+        device.check_tensor("x", tensor, dtype, ndim, backend)

@@ -1,0 +1,81 @@
+"""Suite-wide set-up: the Hypothesis profile, and the `rejects` helper that every
+bad-input test uses (raised the right error, named the value, changed nothing)."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from blocktable import device
+from blocktable.properties import profiles
+
+# Before any kernel module is imported: the GPU when there is one, else the
+# interpreter (BLOCKTABLE_DEVICE=cpu forces it on a GPU machine).
+BACKEND = device.select(os.environ.get("BLOCKTABLE_DEVICE", "auto"))
+profiles.register_and_load()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"blocktable kernels run on: {BACKEND.describe()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if BACKEND.name == "cuda":
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (kernels run under the interpreter here)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def _snapshot(obj: Any) -> Any:
+    """A deep copy of an object's state, tensors as numpy arrays."""
+    if hasattr(obj, "state_snapshot"):
+        return obj.state_snapshot()
+    return copy.deepcopy(vars(obj))
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+                and a.dtype == b.dtype and np.array_equal(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if hasattr(a, "__dict__") and not isinstance(a, type):
+        return type(a) is type(b) and _equal(vars(a), vars(b))
+    return a == b
+
+
+@pytest.fixture
+def rejects() -> Callable[..., pytest.ExceptionInfo]:
+    """rejects(state, Error, "regex", fn, *args, **kw): fn(*args, **kw) raises Error
+    whose message matches regex, and `state` (one object or a tuple of them) is
+    exactly as before the call."""
+
+    def check(state: Any, error: type[BaseException], match: str, fn: Callable, *args: Any, **kw: Any):
+        objs = state if isinstance(state, tuple) else (state,)
+        before = [_snapshot(o) for o in objs]
+        with pytest.raises(error, match=match) as info:
+            fn(*args, **kw)
+        after = [_snapshot(o) for o in objs]
+        for o, b, a in zip(objs, before, after):
+            assert _equal(b, a), f"{type(o).__name__} changed although the call was rejected"
+        return info
+
+    return check
+
+
+def escape(value: object) -> str:
+    return re.escape(str(value))
+
+
+@pytest.fixture(scope="session")
+def backend() -> device.Backend:
+    return BACKEND

@@ -1,0 +1,64 @@
+"""SPEC §1-§2: group configuration, row width, map_to_kernel_blocks."""
+
+import pytest
+
+from blocktable.reference import GroupLayout, map_to_kernel_blocks, row_width
+
+
+def test_map_to_kernel_blocks_spec_example():
+    # SPEC §3: [5, 9], P=2 -> [10, 11, 18, 19]
+    assert map_to_kernel_blocks([5, 9], 2) == [10, 11, 18, 19]
+    assert map_to_kernel_blocks([5, 9], 1) == [5, 9]
+    assert map_to_kernel_blocks([], 4) == []
+
+
+@pytest.mark.parametrize("max_model_len, K, B, W, expected", [
+    # K=96: align = 128 // gcd(128, 96) = 128 // 32 = 4 blocks (SPEC §2's example).
+    # 1000 tokens: cdiv(1000, 96) = 11 blocks -> rounded up to 12 -> 12 * P(=1).
+    (1000, 96, 96, 1, 12),
+    # K=96, B=32 (P=3): 12 allocation blocks -> 36 kernel blocks.
+    (1000, 96, 32, 1, 36),
+    # K=16: align 8. 1030 tokens: cdiv(1030, 16) = 65 -> 72.
+    (1030, 16, 16, 1, 72),
+    # K=16, W=4: cdiv(1030, 64) = 17 -> 24.
+    (1030, 16, 16, 4, 24),
+    # K=256: align = 128 // 128 = 1. cdiv(1000, 256) = 4.
+    (1000, 256, 64, 1, 16),
+    # exactly a multiple: 128 tokens, K=16 -> 8 blocks, align 8 -> 8.
+    (128, 16, 16, 1, 8),
+    # K=1: align 128; 1 token -> 1 block -> 128.
+    (1, 1, 1, 1, 128),
+])
+def test_row_width_covers_a_multiple_of_128_tokens(max_model_len, K, B, W, expected):
+    width = row_width(max_model_len, K, B, W)
+    assert width == expected
+    tokens = width // (K // B) * K
+    assert tokens % 128 == 0 and tokens * W >= max_model_len
+
+
+def test_replicated_group_uses_world_one():
+    layout = GroupLayout(16, 16, sharded=False, cp_world_size=4, cp_interleave=16)
+    assert layout.world == 1 and layout.interleave == 1 and layout.tokens_per_block == 16
+    assert layout.row_width(1030) == 72
+    sharded = GroupLayout(16, 16, sharded=True, cp_world_size=4)
+    assert sharded.tokens_per_block == 64 and sharded.row_width(1030) == 24
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(kv_block_size=48, kernel_block_size=32), ValueError, "kv_block_size 48 is not a multiple of kernel_block_size 32"),
+    (dict(kv_block_size=0, kernel_block_size=16), ValueError, "kv_block_size must be >= 1, got 0"),
+    (dict(kv_block_size=16, kernel_block_size=16, cp_interleave=3), ValueError, "cp_interleave 3 must divide kv_block_size 16"),
+    (dict(kv_block_size=16, kernel_block_size=16, cp_interleave=32), ValueError, "cp_interleave 32"),
+    (dict(kv_block_size=16, kernel_block_size=16, cp_world_size=0), ValueError, "cp_world_size must be >= 1, got 0"),
+    (dict(kv_block_size=16.0, kernel_block_size=16), TypeError, "kv_block_size must be an int, got float"),
+])
+def test_bad_configuration_is_rejected(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        GroupLayout(**kwargs)
+
+
+def test_row_width_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="kv_block_size 24 is not a multiple of kernel_block_size 16"):
+        row_width(100, 24, 16)
+    with pytest.raises(ValueError, match="max_model_len must be a positive int, got 0"):
+        row_width(0, 16, 16)
