@@ -1,15 +1,22 @@
-"""The data-level oracle on the device (SPEC §7): one rank's paged KV cache holding
-one int64 value per token, written through a slot mapping, copied block by block
-for copy-on-write, and read back through block-table rows.
+"""The data-level oracle on the device (SPEC §7): the paged KV caches of one group's
+DCP ranks, one int64 value per token slot, written through slot mappings, copied
+block by block for copy-on-write, and read back through block-table rows.
 
 The harness writes a distinct value for every (sequence, position); reading every
 live sequence back must give the reference's history, whichever blocks the pool
 chose. Slots are checked before every launch, so a bad slot is a clear error here,
 never a stray write on the GPU.
+
+Two engines do the same three things: "triton" (the kernels in
+blocktable.kernels.kv_oracle; the default on a GPU) and "torch" (indexing ops; the
+default under the interpreter, where each interpreted launch costs milliseconds and
+the lockstep machines make several per step). BLOCKTABLE_ORACLE=triton|torch
+overrides; both are proven equal to the reference's paged-cache model.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import numpy as np
@@ -17,74 +24,121 @@ import torch
 
 from blocktable.device import Backend, check_tensor, current
 
-TOKENS_PER_PROGRAM = 1024
+
+def _tile(backend: Backend) -> int:
+    # The interpreter runs one program at a time as numpy; wide programs cost little.
+    return 16384 if backend.interpreted else 1024
+
+
+def poison_value() -> int:
+    from blocktable.kernels.kv_oracle import POISON_VALUE
+
+    return POISON_VALUE
+
+
+def out_of_cache_value() -> int:
+    from blocktable.kernels.kv_oracle import OUT_OF_CACHE_VALUE
+
+    return OUT_OF_CACHE_VALUE
+
+
+ENGINES = ("triton", "torch")
 
 
 class DeviceCache:
-    def __init__(self, num_slots: int, slot_base: int = 0, backend: Backend | None = None) -> None:
-        from blocktable.kernels.kv_oracle import POISON_VALUE
+    """`ranks` caches (one per DCP rank; 1 for a replicated group) of num_slots slots
+    each, holding slots [slot_base, slot_base + num_slots)."""
 
+    def __init__(self, num_slots: int, slot_base: int = 0, ranks: int = 1, backend: Backend | None = None,
+                 engine: str | None = None) -> None:
         self.backend = backend or current()
+        default = "torch" if self.backend.interpreted else "triton"
+        self.engine = engine or os.environ.get("BLOCKTABLE_ORACLE", default)
+        if self.engine not in ENGINES:
+            raise ValueError(f"oracle engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         self.slot_base = slot_base
         self.num_slots = num_slots
-        self.data = torch.full((num_slots,), POISON_VALUE, dtype=torch.int64, device=self.backend.device)
+        self.ranks = ranks
+        self.data = torch.full((ranks, num_slots), poison_value(), dtype=torch.int64, device=self.backend.device)
+
+    def values(self) -> np.ndarray:
+        return self.data.cpu().numpy()
 
     def state_snapshot(self) -> dict[str, np.ndarray]:
         return {"data": self.values().copy()}
 
-    def _check_slots(self, slots: torch.Tensor, what: str) -> None:
-        used = slots[slots >= 0] - self.slot_base
-        outside = (used < 0) | (used >= self.num_slots)
-        if bool(outside.any()):
-            bad = int(used[outside][0]) + self.slot_base
-            raise ValueError(f"{what}: slot {bad} lies outside the cache [{self.slot_base}, "
-                             f"{self.slot_base + self.num_slots})")
-
-    def write(self, slot_mapping: torch.Tensor, values: torch.Tensor) -> None:
-        """cache[slot_mapping[t]] = values[t] for t < len(values), skipping slots < 0."""
+    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor) -> None:
+        """cache[r, slot_mappings[r, t]] = values[t] for every rank r and t < len(values),
+        skipping slots < 0. slot_mappings is [ranks, Tmax] (or [Tmax] for one rank)."""
         from blocktable.kernels.kv_oracle import write_values
 
-        check_tensor("slot_mapping", slot_mapping, torch.int64, 1, self.backend)
+        if isinstance(slot_mappings, torch.Tensor) and slot_mappings.dim() == 1:
+            slot_mappings = slot_mappings[None, :]
+        check_tensor("slot_mappings", slot_mappings, torch.int64, 2, self.backend)
         check_tensor("values", values, torch.int64, 1, self.backend)
+        if slot_mappings.shape[0] != self.ranks:
+            raise ValueError(f"{slot_mappings.shape[0]} slot mappings for {self.ranks} ranks")
         T = values.numel()
-        if T > slot_mapping.numel():
-            raise ValueError(f"{T} values but only {slot_mapping.numel()} slots")
-        self._check_slots(slot_mapping[:T], "write")
-        if T:
-            write_values[(-(-T // TOKENS_PER_PROGRAM),)](slot_mapping, values, self.data, T, self.slot_base,
-                                                        BLOCK=TOKENS_PER_PROGRAM)
+        if T > slot_mappings.shape[1]:
+            raise ValueError(f"{T} values but only {slot_mappings.shape[1]} slots")
+        if slot_mappings.numel() and (slot_mappings.stride(1) != 1 or not values.is_contiguous()):
+            raise ValueError("slot_mappings rows and values must be contiguous")
+        used = slot_mappings[:, :T]
+        index = used[used >= 0] - self.slot_base
+        outside = (index < 0) | (index >= self.num_slots)
+        if bool(outside.any()):
+            bad = int(index[outside][0]) + self.slot_base
+            raise ValueError(f"write: slot {bad} lies outside the cache [{self.slot_base}, "
+                             f"{self.slot_base + self.num_slots})")
+        if T and self.engine == "torch":
+            keep = used >= 0
+            rank = torch.arange(self.ranks, device=used.device)[:, None].expand(-1, T)
+            self.data[rank[keep], used[keep] - self.slot_base] = values[None, :].expand(self.ranks, T)[keep]
+        elif T:
+            tile = _tile(self.backend)
+            write_values[(-(-T // tile), self.ranks)](slot_mappings, slot_mappings.stride(0), values, self.data,
+                                                      self.num_slots, T, self.slot_base, BLOCK=tile)
 
     def copy_blocks(self, pairs: Sequence[tuple[int, int]], block_slots: int) -> None:
-        """Block src's slots over block dst's for every (src, dst), all pairs at once."""
+        """Block src's slots over block dst's for every (src, dst) on every rank, all
+        pairs at once, so no destination may also be a source."""
         from blocktable.kernels.kv_oracle import copy_blocks
 
         if not pairs:
             return
-        srcs = {s for s, _ in pairs}
+        sources = {s for s, _ in pairs}
         for _, d in pairs:
-            if d in srcs:
+            if d in sources:
                 raise ValueError(f"copy_blocks: block {d} is both a source and a destination")
         ids = torch.tensor(pairs, dtype=torch.int64)
         for name, column in (("source", ids[:, 0]), ("destination", ids[:, 1])):
             first = column * block_slots - self.slot_base
             if bool(((first < 0) | (first + block_slots > self.num_slots)).any()):
-                raise ValueError(f"copy_blocks: a {name} block lies outside the cache: {pairs}")
+                raise ValueError(f"copy_blocks: a {name} block lies outside the cache: {list(pairs)}")
         ids = ids.to(self.backend.device)
-        src, dst = ids[:, 0].contiguous(), ids[:, 1].contiguous()
-        copy_blocks[(len(pairs),)](src, dst, self.data, block_slots, self.slot_base,
-                                   BLOCK=min(TOKENS_PER_PROGRAM, 1 << max(0, (block_slots - 1).bit_length())))
+        if self.engine == "torch":
+            span = torch.arange(block_slots, device=ids.device)
+            src = (ids[:, :1] * block_slots - self.slot_base + span).reshape(-1)
+            dst = (ids[:, 1:] * block_slots - self.slot_base + span).reshape(-1)
+            self.data[:, dst] = self.data[:, src]  # reads all sources before any write
+            return
+        tile = min(_tile(self.backend), 1 << max(0, (block_slots - 1).bit_length()))
+        copy_blocks[(len(pairs), self.ranks)](ids[:, 0].contiguous(), ids[:, 1].contiguous(), self.data,
+                                              self.num_slots, block_slots, self.slot_base, BLOCK=tile)
 
     def gather(self, block_table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, *,
-               kv_block_size: int, kernel_block_size: int, cp_world_size: int = 1, cp_rank: int = 0,
+               kv_block_size: int, kernel_block_size: int, cp_world_size: int = 1,
                cp_interleave: int = 1) -> torch.Tensor:
-        """For each i: the value this rank holds for position positions[i] of table row
-        rows[i]; POISON where the rank does not hold it, OUT_OF_CACHE where the row
-        points outside the cache."""
+        """[ranks, M]: for each rank and i, the value it holds for position positions[i]
+        of table row rows[i]; POISON where the rank does not hold it, OUT_OF_CACHE
+        where the row points outside the cache. One rank per DCP rank of W."""
         from blocktable.kernels.kv_oracle import gather
 
         check_tensor("block_table", block_table, torch.int32, 2, self.backend)
         check_tensor("rows", rows, torch.int32, 1, self.backend)
         check_tensor("positions", positions, torch.int64, 1, self.backend)
+        if cp_world_size != self.ranks:
+            raise ValueError(f"a cache of {self.ranks} ranks read as {cp_world_size} DCP ranks")
         M = positions.numel()
         if rows.numel() != M:
             raise ValueError(f"{rows.numel()} rows for {M} positions")
@@ -92,19 +146,37 @@ class DeviceCache:
             raise ValueError(f"gather: a row index lies outside the table's {block_table.shape[0]} rows")
         if M and bool((positions < 0).any()):
             raise ValueError("gather: positions must be >= 0")
-        out = torch.empty(M, dtype=torch.int64, device=self.backend.device)
+        if self.engine == "torch":
+            return self._gather_torch(block_table, rows, positions, kv_block_size, kernel_block_size,
+                                      cp_world_size, cp_interleave)
+        out = torch.empty((self.ranks, M), dtype=torch.int64, device=self.backend.device)
         if M:
-            gather[(-(-M // TOKENS_PER_PROGRAM),)](
-                block_table, block_table.stride(0), block_table.shape[1], rows, positions, self.data, out, M,
-                self.slot_base, self.num_slots, kv_block_size, kernel_block_size, cp_world_size, cp_rank,
-                cp_interleave, BLOCK=TOKENS_PER_PROGRAM)
+            tile = _tile(self.backend)
+            gather[(-(-M // tile), self.ranks)](
+                block_table, block_table.stride(0), block_table.shape[1], rows.contiguous(),
+                positions.contiguous(), self.data, out, M, self.slot_base, self.num_slots, kv_block_size,
+                kernel_block_size, cp_world_size, cp_interleave, BLOCK=tile)
         return out
 
-    def values(self) -> np.ndarray:
-        return self.data.cpu().numpy()
-
-
-def poison_value() -> int:
-    from blocktable.kernels.kv_oracle import POISON_VALUE
-
-    return POISON_VALUE
+    def _gather_torch(self, table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, K: int, B: int,
+                      W: int, I: int) -> torch.Tensor:
+        width = table.shape[1]
+        per_virtual_block = K * W
+        within = positions % per_virtual_block
+        stripe = within // I
+        owner = stripe % W
+        local = (stripe // W) * I + within % I
+        column = (positions // per_virtual_block) * (K // B) + local // B
+        in_row = column < width
+        block = torch.zeros_like(positions)
+        if width:
+            block[in_row] = table[rows.long()[in_row], column[in_row]].long()
+        index = block * B + local % B - self.slot_base
+        inside = (index >= 0) & (index < self.num_slots)
+        out = torch.full((self.ranks, positions.numel()), poison_value(), dtype=torch.int64, device=positions.device)
+        for rank in range(self.ranks):
+            mine = (owner == rank) & in_row
+            value = torch.full_like(positions, out_of_cache_value())
+            value[mine & inside] = self.data[rank, index[mine & inside]]
+            out[rank, mine] = value[mine]
+        return out

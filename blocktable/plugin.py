@@ -34,7 +34,12 @@ def builtin_kernels() -> dict[str, Callable[[], SlotMappingFn]]:
 
         return slot_mapping_per_request
 
-    return {"triton": per_request, "triton-per-request": per_request}
+    def tiled() -> SlotMappingFn:
+        from blocktable.slots import slot_mapping_tiled
+
+        return slot_mapping_tiled
+
+    return {"triton": tiled, "triton-tiled": tiled, "triton-per-request": per_request}
 
 
 class PluginError(ValueError):

@@ -29,3 +29,21 @@ def slot_mapping_per_request(query_start_loc: torch.Tensor, positions: torch.Ten
     kernel[(N + 1,)](query_start_loc, positions, block_table, block_table.stride(0), slot_mapping,
                      T, Tmax, block_table.shape[1], kv_block_size, kernel_block_size,
                      cp_world_size, cp_rank, cp_interleave, BLOCK=TOKENS_PER_TILE)
+
+
+def slot_mapping_tiled(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
+                       slot_mapping: torch.Tensor, *, kv_block_size: int, kernel_block_size: int,
+                       cp_world_size: int = 1, cp_rank: int = 0, cp_interleave: int = 1) -> None:
+    """A grid over token tiles of the whole [Tmax] output; each token finds its request
+    by binary search over query_start_loc."""
+    backend = current()
+    check_config(kv_block_size, kernel_block_size, cp_world_size, cp_rank, cp_interleave)
+    N, T, Tmax = check_slot_inputs(query_start_loc, positions, block_table, slot_mapping, backend)
+    if Tmax == 0:
+        return
+    from blocktable.kernels.slot_mapping import slot_mapping_tiled as kernel
+
+    kernel[(-(-Tmax // TOKENS_PER_TILE),)](
+        query_start_loc, positions, block_table, block_table.stride(0), slot_mapping,
+        N, T, Tmax, block_table.shape[1], kv_block_size, kernel_block_size, cp_world_size, cp_rank,
+        cp_interleave, SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=TOKENS_PER_TILE)

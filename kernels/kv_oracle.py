@@ -1,12 +1,13 @@
-"""The data-level oracle's kernels (SPEC §7): write one value per token into a paged
-KV cache through a slot mapping, copy blocks for copy-on-write pairs, and read
+"""The data-level oracle's kernels (SPEC §7): write one value per token into paged
+KV caches through slot mappings, copy blocks for copy-on-write pairs, and read
 values back through block-table rows.
 
 These are the harness's instruments, not the code under test: `gather` computes
 its addresses from the block table itself (as attention does), with its own
 arithmetic, so that a slot-mapping kernel under test cannot also bend the read-back.
-A cache holds slots [slot_base, slot_base + num_slots); slot_base lets huge block
-ids index a small cache.
+Every kernel covers all DCP ranks of a group in one launch (grid axis 1 is the
+rank); rank r's cache is row r of a [ranks, num_slots] tensor holding slots
+[slot_base, slot_base + num_slots), so huge block ids can index a small cache.
 """
 
 import triton
@@ -19,17 +20,22 @@ OUT_OF_CACHE = tl.constexpr(OUT_OF_CACHE_VALUE)
 
 
 @triton.jit
-def write_values(slot_ptr, value_ptr, cache_ptr, num_tokens, slot_base, BLOCK: tl.constexpr):
+def write_values(slot_ptr, slot_stride, value_ptr, cache_ptr, num_slots, num_tokens, slot_base,
+                 BLOCK: tl.constexpr):
+    """cache[rank, slot[rank, t] - slot_base] = value[t] wherever slot >= 0."""
+    rank = tl.program_id(1).to(tl.int64)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     in_range = offs < num_tokens
-    slot = tl.load(slot_ptr + offs, mask=in_range, other=-1)
+    slot = tl.load(slot_ptr + rank * slot_stride + offs, mask=in_range, other=-1)
     value = tl.load(value_ptr + offs, mask=in_range, other=0)
-    tl.store(cache_ptr + (slot - slot_base), value, mask=in_range & (slot >= 0))
+    tl.store(cache_ptr + rank * num_slots + (slot - slot_base), value, mask=in_range & (slot >= 0))
 
 
 @triton.jit
-def copy_blocks(src_ptr, dst_ptr, cache_ptr, block_slots, slot_base, BLOCK: tl.constexpr):
+def copy_blocks(src_ptr, dst_ptr, cache_ptr, num_slots, block_slots, slot_base, BLOCK: tl.constexpr):
+    """Block src's slots over block dst's, one program per (pair, rank)."""
     pair = tl.program_id(0)
+    cache_ptr += tl.program_id(1).to(tl.int64) * num_slots
     src = tl.load(src_ptr + pair).to(tl.int64) * block_slots - slot_base
     dst = tl.load(dst_ptr + pair).to(tl.int64) * block_slots - slot_base
     for start in range(0, block_slots, BLOCK):
@@ -41,10 +47,11 @@ def copy_blocks(src_ptr, dst_ptr, cache_ptr, block_slots, slot_base, BLOCK: tl.c
 
 @triton.jit
 def gather(table_ptr, table_stride, width, row_ptr, pos_ptr, cache_ptr, out_ptr, num_reads, slot_base,
-           num_slots, K, B, W, R, I, BLOCK: tl.constexpr):
-    """out[i] = the value this rank holds for position pos[i] of table row row[i],
-    POISON where this rank does not hold it (another rank's, or past the row), and
+           num_slots, K, B, W, I, BLOCK: tl.constexpr):
+    """out[rank, i] = the value rank holds for position pos[i] of table row row[i],
+    POISON where the rank does not hold it (another rank's, or past the row), and
     OUT_OF_CACHE where the row points outside the cache."""
+    rank = tl.program_id(1)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     in_range = offs < num_reads
     p = tl.load(pos_ptr + offs, mask=in_range, other=0)
@@ -56,10 +63,10 @@ def gather(table_ptr, table_stride, width, row_ptr, pos_ptr, cache_ptr, out_ptr,
     owner = stripe % W
     local = (stripe // W) * I + within % I
     column = virtual_block * (K // B) + local // B
-    readable = in_range & (owner == R) & (column < width)
+    readable = in_range & (owner == rank) & (column < width)
     block = tl.load(table_ptr + row * table_stride + column, mask=readable, other=0).to(tl.int64)
     index = block * B + local % B - slot_base
     inside = (index >= 0) & (index < num_slots)
-    value = tl.load(cache_ptr + index, mask=readable & inside, other=0)
+    value = tl.load(cache_ptr + rank.to(tl.int64) * num_slots + index, mask=readable & inside, other=0)
     value = tl.where(inside, value, OUT_OF_CACHE)
-    tl.store(out_ptr + offs, tl.where(readable, value, POISON), mask=in_range)
+    tl.store(out_ptr + rank.to(tl.int64) * num_reads + offs, tl.where(readable, value, POISON), mask=in_range)

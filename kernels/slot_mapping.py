@@ -1,9 +1,9 @@
 """SPEC §4 as Triton kernels: the slot of every scheduled token, -1 where the token
 is not this rank's or its table column lies past the row, and -1 over the tail.
 
-`per_request` is the simple design vLLM ships (one program per request looping over
-token tiles, one extra program for the tail); it is the baseline the faster designs
-are measured against. All index arithmetic is int64: positions are int64, and block
+`slot_mapping_per_request` is the simple design vLLM ships (one program per request
+looping over token tiles, one extra program for the tail): the baseline.
+`slot_mapping_tiled` is a grid over token tiles, the default. All index arithmetic is int64: positions are int64, and block
 ids are widened before the multiply so that ids up to 2**31-1 times B cannot wrap.
 """
 
@@ -47,3 +47,26 @@ def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
             p = tl.load(pos_ptr + offs, mask=in_req, other=0)
             slot, keep = token_slots(p, row_ptr, width, K, B, W, R, I)
             tl.store(out_ptr + offs, tl.where(keep, slot, -1), mask=in_req)
+
+
+@triton.jit
+def slot_mapping_tiled(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
+                       num_reqs, num_tokens, max_num_tokens, width, K, B, W, R, I,
+                       SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    """A grid over token tiles: each program maps BLOCK consecutive output slots,
+    tail included, so one long prefill spreads over many SMs. A token finds its
+    request by a branchless binary search over query_start_loc (the last r with
+    qsl[r] <= t); SEARCH_STEPS = ceil(log2(N)) halvings reach it."""
+    t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    is_token = t < num_tokens
+    req = tl.zeros([BLOCK], dtype=tl.int32)
+    size = num_reqs
+    for _ in tl.static_range(SEARCH_STEPS):
+        half = size // 2
+        mid = req + half
+        start = tl.load(qsl_ptr + mid, mask=is_token, other=0)
+        req = tl.where(start <= t, mid, req)
+        size -= half  # the window may stay one wider than needed; it still holds the answer
+    p = tl.load(pos_ptr + t, mask=is_token, other=0)
+    slot, keep = token_slots(p, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
+    tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)

@@ -53,3 +53,35 @@ def assert_pool_equal(what: str, reference: Any, implementation: Any) -> None:
         raise Discrepancy(f"{what} free queue", f"differs from position {first}: expected "
                           f"{ref_queue[first:first + 8]}, got {impl_queue[first:first + 8]} "
                           f"(lengths {len(ref_queue)} and {len(impl_queue)})")
+
+
+class SlotDiscrepancy(Discrepancy):
+    """A slot mapping differs. Carries everything the report needs to decode the
+    first differing element into request, position, block and rank."""
+
+    def __init__(self, what: str, message: str, *, group: int, rank: int, config: dict[str, int],
+                 query_start_loc: np.ndarray, positions: np.ndarray, table: np.ndarray,
+                 expected: np.ndarray, actual: np.ndarray, requests: list[int | None]) -> None:
+        super().__init__(what, message)
+        self.group = group
+        self.rank = rank
+        self.config = config
+        self.query_start_loc = query_start_loc
+        self.positions = positions
+        self.table = table
+        self.expected_mapping = expected
+        self.actual_mapping = actual
+        self.requests = requests
+
+
+def check_slot_mapping(what: str, expected: np.ndarray, actual: np.ndarray, **context: Any) -> None:
+    if expected.shape == actual.shape and expected.dtype == actual.dtype and np.array_equal(expected, actual):
+        return
+    if expected.shape != actual.shape or expected.dtype != actual.dtype:
+        message = f"shape/dtype {actual.shape} {actual.dtype}, expected {expected.shape} {expected.dtype}"
+    else:
+        differ = np.flatnonzero(expected != actual)
+        t = int(differ[0])
+        message = (f"{len(differ)} of {len(expected)} slots differ; first at token {t}: "
+                   f"expected {expected[t]}, got {actual[t]}")
+    raise SlotDiscrepancy(what, message, expected=expected, actual=actual, **context)

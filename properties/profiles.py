@@ -1,8 +1,9 @@
 """Hypothesis settings profiles, chosen with BLOCKTABLE_PROFILE (default `ci`).
 
-- ci: derandomized (the same examples every run), bounded, no deadline; sized to fit
-  CI's budget on 2 cores. Failures are saved to .hypothesis/examples, which the CI
-  workflows keep as an artifact: copy it into a checkout to replay them first.
+- ci: seeded (CI_SEED; the test suite passes it as --hypothesis-seed, so every run
+  draws the same examples), bounded, no deadline; sized to fit CI's budget on 2
+  cores. Failures are saved to .hypothesis/examples, which the CI workflows keep as
+  an artifact: copy it into a checkout and the failing examples replay first.
 - dev: random, a few times more examples, keeps the example database for replay.
 - nightly: long runs (many examples, long step programs).
 """
@@ -11,23 +12,42 @@ from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 PROFILE_VARIABLE = "BLOCKTABLE_PROFILE"
+CI_SEED = 20261130
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large]
+# No "explain" phase: it re-runs random variations of a failing example for minutes
+# (each one a full lockstep run), and our reports do the explaining.
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+
+
+def active() -> str:
+    return os.environ.get(PROFILE_VARIABLE, "ci")
 
 
 def register_and_load() -> str:
     database = DirectoryBasedExampleDatabase(".hypothesis/examples")
-    settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True,
-                              database=database, print_blob=True, suppress_health_check=_SUPPRESS)
-    settings.register_profile("dev", max_examples=200, deadline=None, print_blob=True,
+    settings.register_profile("ci", max_examples=40, deadline=None, database=database, print_blob=True,
+                              phases=PHASES, suppress_health_check=_SUPPRESS)
+    settings.register_profile("dev", max_examples=200, deadline=None, print_blob=True, phases=PHASES,
                               suppress_health_check=_SUPPRESS)
-    settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True,
+    settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True, phases=PHASES,
                               stateful_step_count=80, suppress_health_check=_SUPPRESS)
-    name = os.environ.get(PROFILE_VARIABLE, "ci")
+    name = active()
     if name not in ("ci", "dev", "nightly"):
         raise ValueError(f"{PROFILE_VARIABLE}={name!r}: expected ci, dev or nightly")
     settings.load_profile(name)
     return name
+
+
+# Lockstep state machines: examples per run and steps per example, by profile.
+MACHINE_BUDGET = {"ci": (100, 40), "dev": (400, 50), "nightly": (20000, 80)}
+
+
+def machine_settings(**overrides: object) -> settings:
+    """The active profile's settings with the lockstep machines' budget."""
+    examples, steps = MACHINE_BUDGET[active()]
+    base = settings.get_profile(active())
+    return settings(base, **{"max_examples": examples, "stateful_step_count": steps, **overrides})

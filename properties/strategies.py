@@ -97,3 +97,65 @@ def slot_cases(draw: st.DrawFn, max_requests: int = 5, max_query: int = 24, max_
     T = len(positions)
     tmax = T + draw(st.sampled_from([0, 1, 7, 33]))
     return SlotCase(config, qsl, np.array(positions, dtype=np.int64), table, tmax)
+
+
+# -- lockstep worlds and steps ----------------------------------------------------------
+
+from blocktable.properties.world import GroupConfig, WorldConfig  # noqa: E402
+
+
+@st.composite
+def group_configs(draw: st.DrawFn, cp_world_size: int) -> GroupConfig:
+    """One KV-cache group: B a power of two up to 16, K = B * (1..4), sharded or
+    replicated, and for sharded groups under DCP an interleave I | K, often > B."""
+    B = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    K = B * draw(st.sampled_from([1, 1, 2, 3, 4]))
+    sharded = draw(st.booleans()) if cp_world_size > 1 else True
+    I = draw(st.sampled_from(divisors(K))) if sharded and cp_world_size > 1 else 1
+    return GroupConfig(K, B, sharded, I)
+
+
+@st.composite
+def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldConfig:
+    """A whole configuration, biased toward edges: 1-3 groups, W in {1, 2, 4, 8},
+    max_model_len and Tmax at 1, around 1024 and around 16k, with or without the
+    null block, table ids offset to the top of int32 (a large pool id offset), and a
+    pool from nearly full (a couple of blocks) to roomy (every row at full length)."""
+    # Every launch of the kernel under test is per rank and per group: weight toward
+    # small W so that examples stay cheap under the interpreter.
+    W = draw(st.sampled_from([w for w in (1, 1, 1, 2, 2, 4, 8) if w <= max_world]))
+    groups = tuple(draw(st.lists(group_configs(W), min_size=1, max_size=max_groups)))
+    max_num_reqs = draw(st.integers(1, 6))
+    max_model_len = draw(st.sampled_from([1, 16, 17, 100, 128, 129, 1024, 1025, 2100, 16383, 16384, 16385]))
+    null_block = draw(st.booleans())
+    # Blocks to hold every row at up to 2100 tokens in every group: "roomy".
+    reach = min(max_model_len, 2100)
+    roomy = sum(-(-reach // (g.kv_block_size * (W if g.sharded else 1))) for g in groups) * max_num_reqs
+    fill = draw(st.sampled_from(["tight", "quarter", "roomy", "roomy"]))
+    usable = {"tight": draw(st.integers(1, 4)), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
+    num_blocks = min(usable, 4096) + (1 if null_block else 0)
+    largest_P = max(g.kv_block_size // g.kernel_block_size for g in groups)
+    top = (INT32_MAX - (largest_P - 1)) // largest_P - (num_blocks - 1)
+    id_offset = draw(st.one_of(st.just(0), st.just(0), st.just(top), st.integers(0, top)))
+    return WorldConfig(
+        groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
+        max_num_reqs=max_num_reqs, max_model_len=max_model_len,
+        max_num_batched_tokens=draw(st.sampled_from([1, 7, 16, 64, 256, 1024, 1025, 2048])))
+
+
+def query_lengths() -> st.SearchStrategy[int]:
+    """Tokens a request asks for in one step: mostly decode-sized, sometimes a
+    prefill chunk around a block or the 1024-token tile."""
+    return st.sampled_from([0, 1, 1, 1, 1, 2, 3, 4, 5, 8, 15, 16, 17, 33, 64, 100, 1023, 1024, 1025])
+
+
+def step_queries(max_rows: int = 6) -> st.SearchStrategy[list[int]]:
+    return st.lists(query_lengths(), min_size=1, max_size=max_rows)
+
+
+def prefill_lengths() -> st.SearchStrategy[int]:
+    """One long chunk: around a block, around the 1024-token tile."""
+    return st.sampled_from([9, 17, 64, 130, 1023, 1024, 1025])
+
+
+REJECTIONS = ("row-overflow", "double-free", "free-duplicate", "over-allocate", "fork-unknown")

@@ -20,6 +20,12 @@ BACKEND = device.select(os.environ.get("BLOCKTABLE_DEVICE", "auto"))
 profiles.register_and_load()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The ci profile is seeded: the same examples on every run and every machine.
+    if profiles.active() == "ci" and config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(profiles.CI_SEED)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"blocktable kernels run on: {BACKEND.describe()}"
 
@@ -79,3 +85,14 @@ def escape(value: object) -> str:
 @pytest.fixture(scope="session")
 def backend() -> device.Backend:
     return BACKEND
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Lockstep throughput, as each machine test recorded it (also under xdist)."""
+    lines = [value for reports in terminalreporter.stats.values() for report in reports
+             for name, value in getattr(report, "user_properties", []) if name == "lockstep"
+             and getattr(report, "when", "") == "call"]
+    if lines:
+        terminalreporter.section("lockstep throughput")
+        for line in lines:
+            terminalreporter.write_line(line)

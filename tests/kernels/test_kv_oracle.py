@@ -1,91 +1,110 @@
 """The data-oracle kernels (write, copy blocks, gather) against the reference's
-paged-cache model, whole cache buffers compared."""
+paged-cache model, one model per DCP rank, whole cache buffers compared."""
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from blocktable.oracle import DeviceCache
+from blocktable.oracle import DeviceCache, out_of_cache_value, poison_value
 from blocktable.properties import strategies
 from blocktable.reference import PagedCache, slot_mapping
 from blocktable.reference.kvcache import POISON
 
 
-def test_poison_agrees_with_the_reference(backend):
-    from blocktable.oracle import poison_value
-
+def test_poison_agrees_with_the_reference():
     assert poison_value() == POISON
 
 
+ENGINES = pytest.mark.parametrize("engine", ["triton", "torch"])
+
+
+@ENGINES
 @given(case=strategies.slot_cases(max_width=6), data=st.data())
-def test_write_copy_gather_match_the_model(backend, case, data):
+def test_write_copy_gather_match_the_model_on_every_rank(backend, engine, case, data):
     cfg = case.config
-    K, B = cfg.kv_block_size, cfg.kernel_block_size
-    # Keep table ids small enough to land in a small cache (ids near 2**31-1 are
-    # covered with slot_base below).
+    K, B, W = cfg.kv_block_size, cfg.kernel_block_size, cfg.cp_world_size
+    kw = dict(kv_block_size=K, kernel_block_size=B, cp_world_size=W, cp_interleave=cfg.cp_interleave)
+    d = backend.device
+    # Table ids modulo 8 land in an 8-block cache (huge ids are covered with slot_base below).
     table = (case.block_table % 8).astype(np.int32)
-    num_slots = 8 * K
-    sm = slot_mapping(case.query_start_loc, case.positions, table, case.max_num_tokens, **cfg.kwargs())
-    values = np.arange(1, case.num_tokens + 1, dtype=np.int64) * 1000 + 7
-    ref, dev = PagedCache(num_slots), DeviceCache(num_slots, backend=backend)
-    ref.write(sm, values)
-    dev.write(torch.from_numpy(sm).to(backend.device), torch.from_numpy(values).to(backend.device))
-    assert np.array_equal(dev.values(), ref.data)
-
-    srcs = data.draw(st.lists(st.integers(0, 3), max_size=3), label="sources")
-    dsts = data.draw(st.lists(st.integers(4, 7), min_size=len(srcs), max_size=len(srcs), unique=True), label="dests")
-    pairs = list(zip(srcs, dsts))
-    ref.copy_blocks(pairs, K)
-    dev.copy_blocks(pairs, K)
-    assert np.array_equal(dev.values(), ref.data)
-
-    rows_used = max(1, table.shape[0])
-    M = data.draw(st.integers(0, 40), label="reads")
-    rows = np.array(data.draw(st.lists(st.integers(0, rows_used - 1), min_size=M, max_size=M)), np.int32)
-    positions = np.array(data.draw(st.lists(st.integers(0, 4 * K * cfg.cp_world_size), min_size=M, max_size=M)),
-                         np.int64)
     if table.shape[0] == 0:
         table = np.zeros((1, table.shape[1]), np.int32)
-    expected = np.array([ref.gather(table[r], p + 1, **cfg.kwargs())[p] for r, p in zip(rows, positions)],
-                        dtype=np.int64)
-    got = dev.gather(torch.from_numpy(table).to(backend.device), torch.from_numpy(rows).to(backend.device),
-                     torch.from_numpy(positions).to(backend.device), **cfg.kwargs())
-    assert np.array_equal(got.cpu().numpy(), expected.reshape(-1))
+    num_slots = 8 * K
+    maps = [slot_mapping(case.query_start_loc, case.positions, table, case.max_num_tokens, cp_rank=r, **kw)
+            for r in range(W)]
+    values = np.arange(1, case.num_tokens + 1, dtype=np.int64) * 1000 + 7
+    models = [PagedCache(num_slots) for _ in range(W)]
+    dev = DeviceCache(num_slots, ranks=W, backend=backend, engine=engine)
+    for model, m in zip(models, maps):
+        model.write(m, values)
+    dev.write(torch.from_numpy(np.stack(maps)).to(d), torch.from_numpy(values).to(d))
+    assert np.array_equal(dev.values(), np.stack([m.data for m in models]))
+
+    sources = data.draw(st.lists(st.integers(0, 3), max_size=3), label="sources")
+    dests = data.draw(st.lists(st.integers(4, 7), min_size=len(sources), max_size=len(sources), unique=True),
+                      label="destinations")
+    pairs = list(zip(sources, dests))
+    for model in models:
+        model.copy_blocks(pairs, K)
+    dev.copy_blocks(pairs, K)
+    assert np.array_equal(dev.values(), np.stack([m.data for m in models]))
+
+    M = data.draw(st.integers(0, 40), label="reads")
+    rows = np.array(data.draw(st.lists(st.integers(0, table.shape[0] - 1), min_size=M, max_size=M)), np.int32)
+    positions = np.array(data.draw(st.lists(st.integers(0, 4 * K * W), min_size=M, max_size=M)), np.int64)
+    expected = np.array([[model.gather(table[r], p + 1, cp_rank=rank, **kw)[p] for r, p in zip(rows, positions)]
+                         for rank, model in enumerate(models)], dtype=np.int64).reshape(W, M)
+    got = dev.gather(torch.from_numpy(table).to(d), torch.from_numpy(rows).to(d), torch.from_numpy(positions).to(d),
+                     **kw)
+    assert np.array_equal(got.cpu().numpy(), expected)
 
 
-def test_slot_base_lets_ids_near_int32_max_index_a_small_cache(backend):
+@ENGINES
+def test_slot_base_lets_ids_near_int32_max_index_a_small_cache(backend, engine):
     K = B = 64
     block = 2**31 - 1
-    table = torch.tensor([[block]], dtype=torch.int32, device=backend.device)
-    dev = DeviceCache(K, slot_base=block * K, backend=backend)
-    sm = torch.tensor([block * K + 5, -1], dtype=torch.int64, device=backend.device)
-    dev.write(sm, torch.tensor([42, 43], dtype=torch.int64, device=backend.device))
-    got = dev.gather(table, torch.zeros(1, dtype=torch.int32, device=backend.device),
-                     torch.tensor([5], dtype=torch.int64, device=backend.device), kv_block_size=K, kernel_block_size=B)
-    assert got.tolist() == [42]
-
-
-def test_a_table_entry_outside_the_cache_reads_as_out_of_cache(backend):
-    from blocktable.kernels.kv_oracle import OUT_OF_CACHE_VALUE
-
-    dev = DeviceCache(32, backend=backend)
-    table = torch.tensor([[1, 900]], dtype=torch.int32, device=backend.device)
-    got = dev.gather(table, torch.zeros(2, dtype=torch.int32, device=backend.device),
-                     torch.tensor([0, 16], dtype=torch.int64, device=backend.device), kv_block_size=16,
-                     kernel_block_size=16)
-    assert got.tolist() == [POISON, OUT_OF_CACHE_VALUE]
-
-
-def test_bad_oracle_calls_are_rejected(backend, rejects):
-    dev = DeviceCache(32, backend=backend)
     d = backend.device
-    rejects(dev, ValueError, "write: slot 40 lies outside the cache \\[0, 32\\)", dev.write,
-            torch.tensor([1, 40], dtype=torch.int64, device=d), torch.tensor([1, 2], dtype=torch.int64, device=d))
+    table = torch.tensor([[block]], dtype=torch.int32, device=d)
+    dev = DeviceCache(K, slot_base=block * K, backend=backend, engine=engine)
+    dev.write(torch.tensor([block * K + 5, -1], dtype=torch.int64, device=d),
+              torch.tensor([42, 43], dtype=torch.int64, device=d))
+    got = dev.gather(table, torch.zeros(1, dtype=torch.int32, device=d), torch.tensor([5], dtype=torch.int64, device=d),
+                     kv_block_size=K, kernel_block_size=B)
+    assert got.tolist() == [[42]]
+
+
+@ENGINES
+def test_a_table_entry_outside_the_cache_reads_as_out_of_cache(backend, engine):
+    d = backend.device
+    dev = DeviceCache(32, backend=backend, engine=engine)
+    table = torch.tensor([[1, 900]], dtype=torch.int32, device=d)
+    got = dev.gather(table, torch.zeros(2, dtype=torch.int32, device=d),
+                     torch.tensor([0, 16], dtype=torch.int64, device=d), kv_block_size=16, kernel_block_size=16)
+    assert got.tolist() == [[POISON, out_of_cache_value()]]
+
+
+@ENGINES
+def test_bad_oracle_calls_are_rejected(backend, engine, rejects):
+    d = backend.device
+    dev = DeviceCache(32, ranks=2, backend=backend, engine=engine)
+    two = torch.tensor([[1, 2], [3, 40]], dtype=torch.int64, device=d)
+    rejects(dev, ValueError, "write: slot 40 lies outside the cache \\[0, 32\\)", dev.write, two,
+            torch.tensor([1, 2], dtype=torch.int64, device=d))
+    rejects(dev, ValueError, "1 slot mappings for 2 ranks", dev.write, two[0],
+            torch.tensor([1, 2], dtype=torch.int64, device=d))
     rejects(dev, ValueError, "block 1 is both a source and a destination", dev.copy_blocks, [(0, 1), (1, 0)], 16)
     rejects(dev, ValueError, "a destination block lies outside the cache", dev.copy_blocks, [(0, 2)], 16)
-    rejects(dev, TypeError, "values must be torch.int64", dev.write,
-            torch.tensor([1], dtype=torch.int64, device=d), torch.tensor([1], dtype=torch.int32, device=d))
+    rejects(dev, TypeError, "values must be torch.int64", dev.write, two, two[0].int())
     with pytest.raises(ValueError, match="a row index lies outside the table's 1 rows"):
         dev.gather(torch.zeros((1, 2), dtype=torch.int32, device=d), torch.tensor([1], dtype=torch.int32, device=d),
+                   torch.tensor([0], dtype=torch.int64, device=d), kv_block_size=16, kernel_block_size=16,
+                   cp_world_size=2)
+    with pytest.raises(ValueError, match="a cache of 2 ranks read as 1 DCP ranks"):
+        dev.gather(torch.zeros((1, 2), dtype=torch.int32, device=d), torch.tensor([0], dtype=torch.int32, device=d),
                    torch.tensor([0], dtype=torch.int64, device=d), kv_block_size=16, kernel_block_size=16)
+
+
+def test_unknown_engine_is_rejected(backend):
+    with pytest.raises(ValueError, match="oracle engine must be one of triton, torch, got 'numba'"):
+        DeviceCache(8, backend=backend, engine="numba")

@@ -1,0 +1,122 @@
+"""Hypothesis drives the lockstep driver: a RuleBasedStateMachine whose rules turn
+their explicit arguments into steps (no `st.data()` draws, so a printed failing
+program pastes back and shrinks well).
+
+`make_machine(kernel, backend)` binds the kernel under test. The last run is kept
+in `LAST_RUN`: when Hypothesis finishes shrinking it replays the minimal failing
+example last, so that run's `program` is the shrunk step program.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import hypothesis
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from blocktable.device import Backend
+from blocktable.plugin import SlotMappingFn
+from blocktable.properties import strategies
+from blocktable.properties.lockstep import Lockstep
+from blocktable.properties.world import WorldConfig
+
+LAST_RUN: dict[str, Lockstep] = {}
+WHICH = st.integers(0, 15)  # an index into whatever the rule chooses among
+
+
+def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrategy[WorldConfig] | None = None,
+                 on_run: Callable[[Lockstep], None] | None = None) -> type[RuleBasedStateMachine]:
+    world_strategy = worlds if worlds is not None else strategies.worlds()
+
+    class LockstepMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.run: Lockstep | None = None
+
+        def apply(self, **step: Any) -> Any:
+            assert self.run is not None
+            return self.run.apply(step)
+
+        @initialize(world=world_strategy)
+        def build(self, world: WorldConfig) -> None:
+            self.run = Lockstep(world, kernel, backend, on_event=hypothesis.event)
+            LAST_RUN["run"] = self.run
+            if on_run is not None:
+                on_run(self.run)
+
+        @precondition(lambda self: self.run.free_row() is not None)
+        @rule()
+        def add_request(self) -> None:
+            self.apply(op="add")
+
+        @rule(query=strategies.step_queries(), pad=st.integers(0, 3))
+        def step(self, query: list[int], pad: int) -> None:
+            self.apply(op="step", query=query, pad=pad)
+
+        @rule(pad=st.integers(0, 1))
+        def decode(self, pad: int) -> None:
+            """Every running request computes one token (copy-on-write after forks)."""
+            self.apply(op="step", query=[1] * self.run.world.max_num_reqs, pad=pad)
+
+        @precondition(lambda self: self.run.live())
+        @rule(which=WHICH, length=strategies.prefill_lengths())
+        def prefill(self, which: int, length: int) -> None:
+            """One request computes a long chunk while the others decode (a mixed
+            batch, as chunked prefill makes)."""
+            live = self.run.live()
+            row = self.run.requests[live[which % len(live)]].row
+            query = [1] * self.run.world.max_num_reqs
+            query[row] = length
+            self.apply(op="step", query=query, pad=0)
+
+        def _forkable(self) -> list[int]:
+            run = self.run
+            return [rid for rid in run.live() if run.requests[rid].written == run.slots(rid)]
+
+        @precondition(lambda self: self.run.free_row() is not None and self._forkable())
+        @rule(which=WHICH)
+        def fork(self, which: int) -> None:
+            parents = self._forkable()
+            self.apply(op="fork", parent=parents[which % len(parents)])
+
+        @precondition(lambda self: self.run.requests)
+        @rule(which=WHICH, clear=st.booleans())
+        def finish(self, which: int, clear: bool) -> None:
+            ids = sorted(self.run.requests)
+            self.apply(op="finish", request=ids[which % len(ids)], clear=clear)
+
+        @precondition(lambda self: self.run.live())
+        @rule(which=WHICH)
+        def preempt(self, which: int) -> None:
+            live = self.run.live()
+            self.apply(op="preempt", request=live[which % len(live)])
+
+        @precondition(lambda self: self.run.preempted() and self.run.free_row() is not None)
+        @rule(which=WHICH)
+        def resume(self, which: int) -> None:
+            waiting = self.run.preempted()
+            self.apply(op="resume", request=waiting[which % len(waiting)])
+
+        @rule(src=WHICH, hole=WHICH)
+        def move(self, src: int, hole: int) -> None:
+            """Move a row into a hole; the last choice is the row itself (a self-move)."""
+            rows = self.run.world.max_num_reqs
+            src %= rows
+            holes = [r for r, rid in enumerate(self.run.rows) if rid is None and r != src] + [src]
+            self.apply(op="move", src=src, dst=holes[hole % len(holes)])
+
+        @rule(a=WHICH, b=WHICH)
+        def swap(self, a: int, b: int) -> None:
+            rows = self.run.world.max_num_reqs
+            self.apply(op="swap", a=a % rows, b=b % rows)
+
+        @rule()
+        def condense(self) -> None:
+            self.apply(op="condense")
+
+        @rule(kind=st.sampled_from(strategies.REJECTIONS), which=WHICH)
+        def reject(self, kind: str, which: int) -> None:
+            self.apply(op="reject", kind=kind, which=which)
+
+    return LockstepMachine

@@ -1,0 +1,70 @@
+"""The configuration of one lockstep run: KV-cache groups, DCP, pool and batch
+sizes. Plain data, so that a case file can store it as JSON and replay it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from blocktable.reference import GroupLayout
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    kv_block_size: int  # K
+    kernel_block_size: int  # B
+    sharded: bool = True  # False: replicated on every DCP rank (sliding window, Mamba)
+    cp_interleave: int = 1  # I
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    groups: tuple[GroupConfig, ...] = field(default_factory=lambda: (GroupConfig(16, 16),))
+    cp_world_size: int = 1  # W, shared by every sharded group
+    num_blocks: int = 64  # the pool (shared by all groups, as in vLLM v1)
+    null_block: bool = True
+    id_offset: int = 0  # table id = pool id + id_offset: ids near 2**31-1 without a huge cache
+    max_num_reqs: int = 4
+    max_model_len: int = 256
+    max_num_batched_tokens: int = 64  # Tmax
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise ValueError("a world needs at least one KV-cache group")
+        for g in self.groups:
+            layout = self.layout(g)  # validates K, B, I
+            P = layout.kernel_blocks_per_block
+            top = (self.id_offset + self.num_blocks - 1) * P + P - 1
+            if top > INT32_MAX:
+                raise ValueError(f"id_offset {self.id_offset}: kernel block id {top} of group K={g.kv_block_size} "
+                                 f"exceeds 2**31-1")
+        if self.max_num_reqs < 1 or self.max_model_len < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_reqs, max_model_len and max_num_batched_tokens must be >= 1")
+
+    def layout(self, g: GroupConfig) -> GroupLayout:
+        return GroupLayout(g.kv_block_size, g.kernel_block_size, sharded=g.sharded,
+                           cp_world_size=self.cp_world_size, cp_interleave=g.cp_interleave)
+
+    def layouts(self) -> list[GroupLayout]:
+        return [self.layout(g) for g in self.groups]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "WorldConfig":
+        data = dict(data)
+        data["groups"] = tuple(GroupConfig(**g) for g in data["groups"])
+        return cls(**data)
+
+    def describe(self) -> str:
+        groups = ", ".join(
+            f"[K={g.kv_block_size} B={g.kernel_block_size} "
+            f"{'sharded I=' + str(g.cp_interleave) if g.sharded and self.cp_world_size > 1 else 'replicated' if not g.sharded else 'W=1'}]"
+            for g in self.groups)
+        return (f"groups {groups}; W={self.cp_world_size}; pool {self.num_blocks} blocks"
+                f"{' (null block 0)' if self.null_block else ''}"
+                f"{f', ids offset by {self.id_offset}' if self.id_offset else ''}; "
+                f"{self.max_num_reqs} rows, max_model_len {self.max_model_len}, Tmax {self.max_num_batched_tokens}")
