@@ -31,6 +31,7 @@ from blocktable.plugin import SlotMappingFn
 from blocktable.pool import BlockPool
 from blocktable.properties.compare import (Discrepancy, assert_arrays_equal, assert_pool_equal,
                                            assert_table_equal, check_slot_mapping)
+from blocktable.properties.guard import GuardedCall
 from blocktable.properties.world import WorldConfig
 from blocktable.reference import (BlockPool as ReferencePool, History, MultiGroupBlockTable as ReferenceGroups,
                                   SequenceBlocks as ReferenceSequences, slot_mapping as reference_slot_mapping)
@@ -412,18 +413,24 @@ class Lockstep:
         if ref_pairs != impl_pairs:
             raise Discrepancy(f"group {g} copy-on-write pairs", f"expected {ref_pairs}, got {impl_pairs}")
         device = self.backend.device
-        qsl_t = torch.from_numpy(qsl).to(device)
-        pos_t = torch.from_numpy(positions).to(device)
-        out = torch.full((W, Tmax), UNWRITTEN, dtype=torch.int64, device=device)
         table = self.tables[g].device_tensor
+        call = GuardedCall(table.shape[0], table.shape[1], N, len(positions), Tmax, device)
+        table_view = call.table.load(table)
+        qsl_view = call.qsl.load(torch.from_numpy(qsl).to(device))
+        pos_view = call.positions.load(torch.from_numpy(positions).to(device))
         kw = dict(kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size, cp_world_size=W,
                   cp_interleave=I)
+        outs = []
         for R in range(W):
+            out_view = call.out.load(torch.full((Tmax,), UNWRITTEN, dtype=torch.int64, device=device))
             try:
-                self.kernel(qsl_t, pos_t, table, out[R], cp_rank=R, **kw)
+                self.kernel(qsl_view, pos_view, table_view, out_view, cp_rank=R, **kw)
             except Exception as e:  # a kernel that refuses valid input is wrong too
                 raise Discrepancy(f"group {g} rank {R} slot mapping",
                                   f"the kernel raised {type(e).__name__}: {e}") from e
+            call.check()
+            outs.append(out_view.clone())
+        out = torch.stack(outs)
         actual = out.cpu().numpy()
         for R in range(W):
             expected = reference_slot_mapping(qsl, positions, self.ref_tables[g].device, Tmax, cp_rank=R, **kw)

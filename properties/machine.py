@@ -21,7 +21,7 @@ from blocktable.properties import strategies
 from blocktable.properties.lockstep import Lockstep
 from blocktable.properties.world import WorldConfig
 
-LAST_RUN: dict[str, Lockstep] = {}
+LAST_RUN: dict[str, Any] = {}
 WHICH = st.integers(0, 15)  # an index into whatever the rule chooses among
 
 
@@ -40,6 +40,8 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
 
         @initialize(world=world_strategy)
         def build(self, world: WorldConfig) -> None:
+            LAST_RUN.pop("run", None)
+            LAST_RUN["world"] = world  # kept even if the implementation refuses to build
             self.run = Lockstep(world, kernel, backend, on_event=hypothesis.event)
             LAST_RUN["run"] = self.run
             if on_run is not None:

@@ -1,0 +1,73 @@
+"""Pieces the subcommands share: kernel specs, exit codes, the crash path."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from blocktable.device import CHOICES
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+console = Console(highlight=False)
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: printed, exit 2."""
+
+
+def add_kernel_and_device(parser: argparse.ArgumentParser, kernel_default: str | None = "triton") -> None:
+    parser.add_argument("--kernel", default=kernel_default, metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
+                        help="the slot-mapping kernel under test: triton (ours, default), triton-per-request, "
+                             "reference, or a plug-in (see README, Plug-in API)")
+    parser.add_argument("--device", default="auto", choices=CHOICES,
+                        help="where kernels run: auto (GPU if present), cpu (Triton interpreter), cuda")
+
+
+def normalize_kernel(spec: str) -> str:
+    """File plug-ins become absolute paths, so a case file replays from anywhere."""
+    where, colon, name = spec.rpartition(":")
+    if colon and where.endswith(".py"):
+        path = Path(where)
+        if not path.is_file():
+            raise UsageError(f"kernel file {where} does not exist")
+        if not name:
+            raise UsageError(f"kernel {spec!r} names no function after the colon")
+        return f"{path.resolve()}:{name}"
+    return spec
+
+
+def crash_case(journal: Path, exitcode: int | None) -> tuple[Any, str, str]:
+    """A case file from the journal of a child that died mid-step."""
+    from blocktable.properties.case import Case, provenance
+    from blocktable.properties.journal import Journal
+    from blocktable.properties.world import WorldConfig
+
+    from blocktable.properties.child import describe_exit
+
+    header, steps = Journal.read(journal)
+    how = describe_exit(exitcode)
+    if header.get("kind") == "slot-call":
+        case = Case("slot-call", header["kernel"], {}, call=header["call"])
+        where = f"while running {header['call'].get('name', 'a slot-mapping call')}"
+    else:
+        case = Case("lockstep", header["kernel"], {}, world=WorldConfig.from_json(header["world"]),
+                    program=steps)
+        where = f"during step {len(steps)}" if steps else "while building the world"
+    case.failure = {"what": "crash", "message": f"the process {how} {where}", "step": len(steps) - 1 if steps else None}
+    device = header.get("device", "unknown")
+    case.provenance = provenance(device, exitcode=exitcode)
+    return case, f"the process running the kernel {how} {where}", device
+
+
+def render_crash(case: Any, message: str, path: Path, device: str, device_choice: str) -> str:
+    from blocktable.properties.fuzz import _call_text, replay_command
+    from blocktable.properties.report import render
+
+    return render(kernel=case.kernel, device=device, error=None,
+                  config_text=case.world.describe() if case.world else _call_text(case.call or {}),
+                  program=case.program if case.kind == "lockstep" else None,
+                  failed_step=case.failure.get("step"), replay_command=replay_command(path, case.kernel, device_choice),
+                  title=f"blocktable: {message}")

@@ -1,0 +1,168 @@
+"""`blocktable fuzz`: gate a slot-mapping kernel (ours or a plug-in) against the
+reference. Exit 0: no discrepancy; 1: discrepancy (the case file is printed);
+2: usage or configuration error."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, UsageError, add_kernel_and_device, console,
+                                   crash_case, normalize_kernel, render_crash)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fuzz", help="fuzz a slot-mapping kernel and the block-table stack against the reference",
+                       description=__doc__)
+    add_kernel_and_device(p)
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--examples", type=int, metavar="N", help="lockstep examples to run (default: the profile's)")
+    budget.add_argument("--minutes", type=float, metavar="M", help="fuzz for M minutes instead")
+    p.add_argument("--seed", type=int, default=0, help="seed for the examples (default 0); same seed, same examples")
+    p.add_argument("--profile", choices=["ci", "dev", "nightly"], default="ci",
+                   help="Hypothesis profile: example sizes and program lengths (default ci)")
+    p.add_argument("--out", type=Path, default=Path("blocktable-cases"),
+                   help="folder for case files and the crash journal (default ./blocktable-cases)")
+    p.add_argument("--stateless", action="store_true",
+                   help="batched stateless fuzzing of the slot-mapping kernel alone (see README)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except UsageError as e:
+        console.print(f"[red]blocktable fuzz:[/] {e}")
+        return EXIT_USAGE
+
+
+def _run(args: argparse.Namespace) -> int:
+    from blocktable.properties import profiles
+    from blocktable.properties.child import run_in_child
+
+    if args.examples is not None and args.examples < 1:
+        raise UsageError(f"--examples must be >= 1, got {args.examples}")
+    if args.minutes is not None and args.minutes <= 0:
+        raise UsageError(f"--minutes must be > 0, got {args.minutes}")
+    kernel = normalize_kernel(args.kernel)
+    examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
+    args.out.mkdir(parents=True, exist_ok=True)
+    journal = args.out / "journal.jsonl"
+    payload = {"kernel": kernel, "device": args.device, "examples": examples, "minutes": args.minutes,
+               "seed": args.seed, "profile": args.profile, "out": str(args.out), "journal": str(journal)}
+    target = "blocktable.properties.stateless:stateless_child" if args.stateless else \
+        "blocktable.properties.fuzz:fuzz_child"
+
+    latest: dict[str, Any] = {}
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        total = args.minutes * 60 if args.minutes else examples
+        task = progress.add_task(f"fuzz {kernel}", total=total, detail="starting")
+
+        def on_message(message: dict[str, Any]) -> None:
+            if message.get("type") == "log":
+                progress.console.print(message["text"])
+                return
+            latest.update(message)
+            done = message.get("elapsed", 0) if args.minutes else message.get("examples", 0)
+            progress.update(task, completed=done, detail=_detail(message))
+
+        start = time.monotonic()
+        outcome = run_in_child(target, payload, on_message)
+        if outcome.result is not None:
+            latest.update(outcome.result)
+            progress.update(task, completed=total if outcome.result.get("status") == "pass" else None,
+                            detail=_detail(latest))
+    result = outcome.result
+    if result is None:  # the child died: the journal has the fatal step
+        case, message, where = crash_case(journal, outcome.exitcode)
+        path = case.save(args.out)
+        console.print(render_crash(case, message, path, where, args.device), markup=False, soft_wrap=True)
+        console.print(f"case file: {path}")
+        return EXIT_FAIL
+    if result["status"] == "config-error":
+        console.print(f"[red]blocktable fuzz:[/] {result['message']}")
+        return EXIT_USAGE
+    _summary(kernel, args, latest, time.monotonic() - start)
+    if result["status"] == "pass":
+        console.print("[green]no discrepancy found[/]")
+        return EXIT_PASS
+    console.print(result["report"], markup=False, soft_wrap=True)
+    triage = _triage(result, args)
+    if triage:
+        console.print(f"  triage: {triage}", markup=False, soft_wrap=True)
+    console.print(f"case file: {result['case']}")
+    return EXIT_FAIL
+
+
+def _detail(m: dict[str, Any]) -> str:
+    if "tokens" in m:  # the stateless mode
+        return f"{m.get('batches', 0)} batches, {m.get('tokens', 0):,} tokens checked"
+    events = m.get("events", {})
+    return (f"{m.get('examples', 0)} examples, {m.get('steps', 0)} checked steps, "
+            f"{len(events)} kinds of event reached")
+
+
+def _summary(kernel: str, args: argparse.Namespace, stats: dict[str, Any], elapsed: float) -> None:
+    table = Table(title="blocktable fuzz", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    table.add_row("kernel", kernel)
+    table.add_row("device", stats.get("device", args.device))
+    table.add_row("profile / seed", f"{args.profile} / {args.seed}")
+    if "tokens" in stats:
+        table.add_row("batches / tokens checked", f"{stats.get('batches', 0)} / {stats.get('tokens', 0):,}")
+        table.add_row("tokens/s", f"{stats.get('tokens', 0) / max(elapsed, 1e-9):,.0f}")
+    else:
+        table.add_row("examples / operations", f"{stats.get('examples', 0)} / {stats.get('operations', 0)}")
+        steps = stats.get("steps", 0)
+        table.add_row("checked steps", f"{steps} ({steps / max(stats.get('elapsed', elapsed), 1e-9):.1f}/s)")
+        events = stats.get("events", {})
+        table.add_row("events reached", ", ".join(f"{k} ×{v}" for k, v in sorted(events.items())) or "-")
+    table.add_row("elapsed", f"{elapsed:.1f} s")
+    table.add_row("result", "[green]pass[/]" if stats.get("status") == "pass" else "[red]discrepancy[/]")
+    console.print(table)
+
+
+def _triage(result: dict[str, Any], args: argparse.Namespace) -> str | None:
+    """On a GPU: replay the case on the interpreter and say which side disagrees."""
+    import torch
+
+    from blocktable.properties.child import run_in_child
+
+    if result.get("kind") != "lockstep" and result.get("kind") != "slot-call":
+        return None
+    if args.device == "cpu" or not torch.cuda.is_available():
+        return None
+    return interpreter_verdict(result["case"], normalize_kernel(args.kernel), result)
+
+
+def interpreter_verdict(case: str, kernel: str, compiled: dict[str, Any]) -> str:
+    """Compare the compiled run's failure with an interpreter replay of the same case."""
+    from blocktable.properties.child import describe_exit, run_in_child
+
+    outcome = run_in_child("blocktable.properties.fuzz:replay_child",
+                           {"case": case, "kernel": kernel, "device": "cpu", "profile": "ci"})
+    interp = outcome.result
+    if interp is None:
+        return f"the interpreter replay {describe_exit(outcome.exitcode)}; no verdict"
+    if interp["status"] == "config-error":
+        return f"the interpreter replay could not start: {interp['message']}"
+    if interp["status"] == "pass":
+        return ("reference = interpreter ≠ compiled: only the compiled kernel disagrees "
+                "(a compiler, hardware or race issue, not the kernel's arithmetic)")
+    same_step = interp.get("step") == compiled.get("step")
+    if same_step and interp.get("first") and interp.get("first") == _first(compiled):
+        return ("interpreter = compiled ≠ reference: the kernel's logic disagrees with the SPEC "
+                "(the interpreter computes the same wrong slot)")
+    return (f"reference, interpreter and compiled kernel all differ: the interpreter fails at step "
+            f"{(interp.get('step') or 0) + 1} on {interp.get('what')}")
+
+
+def _first(result: dict[str, Any]) -> list[int] | None:
+    return result.get("first")

@@ -1,0 +1,236 @@
+"""`blocktable fuzz` and `blocktable replay`, the work done in the child process.
+
+fuzz: the SPEC's worked examples first (a kernel that gets those wrong needs no
+fuzzing), then the lockstep machines in seeded chunks until the example count or
+the time is reached. A failure is shrunk by Hypothesis, confirmed by replaying the
+shrunk program from a fresh start, saved as a case file and rendered as a report.
+Every step is journaled before it runs (properties/journal.py).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from blocktable import device, plugin
+from blocktable.properties import profiles
+from blocktable.properties.case import Case, load, provenance
+from blocktable.properties.examples import SPEC_EXAMPLES
+from blocktable.properties.journal import Journal
+from blocktable.properties.reference_kernel import harness_kernels
+from blocktable.properties.replay import Outcome, replay_lockstep, run_slot_call, slot_call
+from blocktable.properties.report import render
+
+Send = Callable[[dict[str, Any]], None]
+CHUNK_FOR_TIME = 40  # examples per seeded chunk when fuzzing for a time budget
+
+
+def replay_command(case_path: Path, kernel: str, device_name: str) -> str:
+    return f"blocktable replay {case_path} --kernel {kernel} --device {device_name}"
+
+
+def _setup(payload: dict[str, Any], send: Send) -> tuple[device.Backend, Any] | None:
+    try:
+        backend = device.select(payload["device"])
+    except (RuntimeError, ValueError) as e:
+        send({"type": "result", "status": "config-error", "message": str(e)})
+        return None
+    os.environ[profiles.PROFILE_VARIABLE] = payload.get("profile", "ci")
+    profiles.register_and_load()
+    try:
+        kernel = plugin.load(payload["kernel"], harness_kernels())
+    except plugin.PluginError as e:
+        send({"type": "result", "status": "config-error", "message": str(e)})
+        return None
+    return backend, kernel
+
+
+def _device_name(backend: device.Backend) -> str:
+    return "cpu" if backend.interpreted else "cuda"
+
+
+def report_failure(case: Case, outcome: Outcome, backend: device.Backend, case_path: Path,
+                   title: str = "blocktable found a discrepancy") -> str:
+    config_text = case.world.describe() if case.world else _call_text(case.call or {})
+    return render(kernel=case.kernel, device=backend.describe(), error=outcome.error, config_text=config_text,
+                  program=case.program if case.kind == "lockstep" else None, failed_step=outcome.failed_step,
+                  replay_command=replay_command(case_path, case.kernel, _device_name(backend)), run=outcome.run,
+                  title=title)
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    c = call.get("config", {})
+    return (f"{call.get('name', 'call')}: K={c.get('kv_block_size')} B={c.get('kernel_block_size')} "
+            f"W={c.get('cp_world_size', 1)} R={c.get('cp_rank', 0)} I={c.get('cp_interleave', 1)}, "
+            f"{len(call.get('query_start_loc', [0])) - 1} requests, {len(call.get('positions', []))} tokens, "
+            f"Tmax {call.get('max_num_tokens')}")
+
+
+def _save_and_report(case: Case, outcome: Outcome, backend: device.Backend, out: Path, send: Send,
+                     stats: dict[str, Any]) -> None:
+    case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
+                    "message": str(outcome.error), "step": outcome.failed_step}
+    path = case.save(out)
+    send({"type": "result", "status": "fail", "case": str(path), "report": report_failure(case, outcome, backend, path),
+          "kind": case.kind, "step": outcome.failed_step, "first": slot_mismatch(outcome.error),
+          "device": backend.describe(), **stats})
+
+
+def fuzz_child(payload: dict[str, Any], send: Send) -> None:
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from blocktable.properties.machine import LAST_RUN, make_machine
+
+    ready = _setup(payload, send)
+    if ready is None:
+        return
+    backend, kernel = ready
+    out = Path(payload["out"])
+    spec = payload["kernel"]
+    journal = Journal(Path(payload["journal"]))
+    prov = provenance("interpreter" if backend.interpreted else backend.describe(), seed=payload["seed"],
+                      profile=payload["profile"])
+    start = time.monotonic()
+    stats: dict[str, Any] = {"examples": 0, "steps": 0, "operations": 0, "events": Counter()}
+
+    for example in SPEC_EXAMPLES:
+        qsl, positions, table = example.inputs()
+        call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+        journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": backend.describe()})
+        outcome = run_slot_call(call, kernel, backend)
+        if not outcome.passed:
+            case = Case("slot-call", spec, {}, call=call, provenance=prov)
+            _save_and_report(case, outcome, backend, out, send, _public(stats, start))
+            return
+    send({"type": "progress", "phase": "spec examples passed", **_public(stats, start)})
+
+    last_sent = [0.0]
+
+    def on_run(run: Any) -> None:
+        stats["examples"] += 1
+        journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": backend.describe()})
+        run.on_step = journal.write
+        runs.append(run)
+        now = time.monotonic()
+        if now - last_sent[0] > 0.25:
+            last_sent[0] = now
+            _account(runs, stats)
+            send({"type": "progress", "phase": "lockstep", **_public(stats, start)})
+
+    examples = payload.get("examples")
+    deadline = start + 60 * payload["minutes"] if payload.get("minutes") else None
+    chunk_index = 0
+    while True:
+        runs: list[Any] = []
+        if deadline is None:
+            size = min(examples - stats["examples"], profiles.MACHINE_BUDGET[payload["profile"]][0])
+        else:
+            size = CHUNK_FOR_TIME
+        if size <= 0 or (deadline is not None and time.monotonic() >= deadline):
+            break
+        machine = make_machine(kernel, backend, on_run=on_run)
+        hypothesis_seed(payload["seed"] * 100003 + chunk_index)(machine)
+        chunk_index += 1
+        try:
+            run_state_machine_as_test(machine, settings=profiles.machine_settings(max_examples=size, database=None))
+        except BaseException as failure:  # noqa: BLE001 - whatever failed, it failed
+            if isinstance(failure, KeyboardInterrupt):
+                raise
+            _account(runs, stats)
+            last = LAST_RUN.get("run")
+            world = last.world if last is not None else LAST_RUN.get("world")
+            program = list(last.program) if last is not None else []
+            case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov)
+            journal.close()
+            outcome = replay_lockstep(case, kernel, backend)
+            if outcome.passed:
+                outcome = Outcome(False, failure, len(program) - 1 if program else None, last)
+                title = "blocktable found a failure that did not repeat on replay (flaky or order-dependent)"
+            else:
+                title = "blocktable found a discrepancy"
+            case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
+                            "message": str(outcome.error), "step": outcome.failed_step}
+            path = case.save(out)
+            send({"type": "result", "status": "fail", "case": str(path), "kind": "lockstep",
+                  "report": report_failure(case, outcome, backend, path, title), "step": outcome.failed_step,
+                  "first": slot_mismatch(outcome.error), "device": backend.describe(), **_public(stats, start)})
+            return
+        _account(runs, stats)
+    journal.close()
+    send({"type": "result", "status": "pass", "device": backend.describe(), **_public(stats, start)})
+
+
+def _account(runs: list[Any], stats: dict[str, Any]) -> None:
+    """Fold finished runs into the totals (each run is counted once)."""
+    for run in runs:
+        if getattr(run, "_counted", False):
+            continue
+        run._counted = True
+        stats["steps"] += run.steps_checked
+        stats["operations"] += len(run.program)
+        stats["events"].update(run.events)
+
+
+def _public(stats: dict[str, Any], start: float) -> dict[str, Any]:
+    return {"examples": stats["examples"], "steps": stats["steps"], "operations": stats["operations"],
+            "events": dict(stats["events"]), "elapsed": time.monotonic() - start}
+
+
+def replay_child(payload: dict[str, Any], send: Send) -> None:
+    """Replay one case file; result status "pass" or "fail" with the report."""
+    ready = _setup(payload, send)
+    if ready is None:
+        return
+    backend, kernel = ready
+    case_path = Path(payload["case"])
+    case = load(case_path)
+    case.kernel = payload["kernel"]
+    verbose = payload.get("verbose", False)
+
+    def show(i: int, step: dict[str, Any]) -> None:
+        if verbose:
+            from blocktable.properties.report import describe_step
+
+            send({"type": "log", "text": f"step {i + 1}: {describe_step(step)}"})
+
+    if payload.get("journal"):
+        journal = Journal(Path(payload["journal"]))
+        journal.start({"kind": case.kind, "kernel": case.kernel, "device": backend.describe(),
+                       "world": case.world.to_json() if case.world else None, "call": case.call})
+    else:
+        journal = None
+    if case.kind == "slot-call":
+        outcome = run_slot_call(case.call or {}, kernel, backend)
+    else:
+        def step_hook(i: int, step: dict[str, Any]) -> None:
+            show(i, step)
+            if journal is not None:
+                journal.write(step)
+        outcome = replay_lockstep(case, kernel, backend, on_step=step_hook)
+    if journal is not None:
+        journal.close()
+    if outcome.passed:
+        send({"type": "result", "status": "pass", "device": backend.describe()})
+        return
+    first = slot_mismatch(outcome.error)
+    send({"type": "result", "status": "fail", "report": report_failure(case, outcome, backend, case_path),
+          "device": backend.describe(), "what": getattr(outcome.error, "what", type(outcome.error).__name__),
+          "step": outcome.failed_step, "first": first})
+
+
+def slot_mismatch(error: BaseException | None) -> list[int] | None:
+    """(token, expected, actual) of a slot discrepancy's first difference, for triage."""
+    from blocktable.properties.compare import SlotDiscrepancy
+
+    if isinstance(error, SlotDiscrepancy):
+        import numpy as np
+
+        differ = np.flatnonzero(error.expected_mapping != error.actual_mapping)
+        if len(differ):
+            t = int(differ[0])
+            return [t, int(error.expected_mapping[t]), int(error.actual_mapping[t])]
+    return None

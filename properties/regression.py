@@ -1,0 +1,26 @@
+"""What an emitted regression test calls: replay a case file in a child process
+(a crashing kernel fails the test instead of killing pytest) and fail with the
+report while the case still fails."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from blocktable.properties.case import load
+from blocktable.properties.child import describe_exit, run_in_child
+
+
+def check_case(path: Path, kernel: str | None = None, device: str = "auto") -> None:
+    case = load(path)
+    with tempfile.TemporaryDirectory() as scratch:
+        outcome = run_in_child("blocktable.properties.fuzz:replay_child",
+                               {"case": str(path), "kernel": kernel or case.kernel, "device": device,
+                                "profile": "ci", "journal": str(Path(scratch) / "journal.jsonl")})
+    result = outcome.result
+    if result is None:
+        raise AssertionError(f"{path.name}: the process replaying the case {describe_exit(outcome.exitcode)}")
+    if result["status"] == "config-error":
+        raise AssertionError(f"{path.name}: {result['message']}")
+    if result["status"] != "pass":
+        raise AssertionError(f"{path.name} still fails:\n{result['report']}")

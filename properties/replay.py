@@ -1,0 +1,77 @@
+"""Re-running a case deterministically, and running one stateless slot-mapping
+call (a SPEC example, a stateless-fuzz case) through a kernel behind guards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from blocktable.device import Backend
+from blocktable.plugin import SlotMappingFn
+from blocktable.properties.case import Case
+from blocktable.properties.compare import Discrepancy, check_slot_mapping
+from blocktable.properties.guard import GuardedCall
+from blocktable.properties.lockstep import UNWRITTEN, Lockstep
+from blocktable.reference import slot_mapping as reference_slot_mapping
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    error: BaseException | None = None
+    failed_step: int | None = None  # index into the program; None: during set-up or a stateless call
+    run: Lockstep | None = None
+
+
+def replay_lockstep(case: Case, kernel: SlotMappingFn, backend: Backend,
+                    on_step: Callable[[int, dict[str, Any]], None] | None = None) -> Outcome:
+    assert case.world is not None
+    try:
+        run = Lockstep(case.world, kernel, backend)
+    except Exception as e:  # the implementation refused a valid configuration
+        return Outcome(False, e, None, None)
+    for i, step in enumerate(case.program):
+        if on_step is not None:
+            on_step(i, step)
+        try:
+            run.apply(step)
+        except Exception as e:
+            return Outcome(False, e, i, run)
+    return Outcome(True, run=run)
+
+
+def slot_call(name: str, config: dict[str, int], qsl: np.ndarray, positions: np.ndarray, table: np.ndarray,
+              max_num_tokens: int) -> dict[str, Any]:
+    """A stateless call as case-file data."""
+    return {"name": name, "config": dict(config), "query_start_loc": qsl.tolist(), "positions": positions.tolist(),
+            "block_table": table.tolist(), "width": int(table.shape[1]), "max_num_tokens": int(max_num_tokens)}
+
+
+def run_slot_call(call: dict[str, Any], kernel: SlotMappingFn, backend: Backend) -> Outcome:
+    qsl = np.array(call["query_start_loc"], dtype=np.int32)
+    positions = np.array(call["positions"], dtype=np.int64)
+    table = np.array(call["block_table"], dtype=np.int32).reshape(-1, call["width"])
+    tmax = call["max_num_tokens"]
+    config = call["config"]
+    expected = reference_slot_mapping(qsl, positions, table, tmax, **config)
+    device = backend.device
+    guarded = GuardedCall(table.shape[0], table.shape[1], len(qsl) - 1, len(positions), tmax, device)
+    args = (guarded.qsl.load(torch.from_numpy(qsl).to(device)),
+            guarded.positions.load(torch.from_numpy(positions).to(device)),
+            guarded.table.load(torch.from_numpy(table).to(device)),
+            guarded.out.load(torch.full((tmax,), UNWRITTEN, dtype=torch.int64, device=device)))
+    try:
+        kernel(*args, **config)
+        guarded.check()
+        check_slot_mapping(f"{call['name']} slot mapping", expected, args[3].cpu().numpy(), group=0,
+                           rank=config.get("cp_rank", 0), config=config, query_start_loc=qsl, positions=positions,
+                           table=table, requests=list(range(len(qsl) - 1)))
+    except Discrepancy as e:
+        return Outcome(False, e)
+    except Exception as e:
+        return Outcome(False, Discrepancy(f"{call['name']} slot mapping",
+                                          f"the kernel raised {type(e).__name__}: {e}"))
+    return Outcome(True)

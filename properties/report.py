@@ -1,0 +1,121 @@
+"""A discrepancy explained in the user's terms: the configuration, the shrunk step
+program, the first differing slot decoded into request, token, position, blocks
+and owning rank, the row as each side holds it, and the command that replays it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from blocktable.properties.compare import Discrepancy, SlotDiscrepancy
+
+
+def describe_step(step: dict[str, Any]) -> str:
+    args = " ".join(f"{k}={v}" for k, v in step.items() if k != "op")
+    return f"{step['op']} {args}".rstrip()
+
+
+def decode_token(t: int, qsl: np.ndarray, positions: np.ndarray, table: np.ndarray,
+                 config: dict[str, int]) -> dict[str, Any]:
+    """Where token t of a slot-mapping call lands, by SPEC §4's arithmetic."""
+    T = len(positions)
+    if t >= T:
+        return {"token": t, "tail": True}
+    K, B = config["kv_block_size"], config["kernel_block_size"]
+    W, R, I = config.get("cp_world_size", 1), config.get("cp_rank", 0), config.get("cp_interleave", 1)
+    P = K // B
+    r = int(np.searchsorted(qsl, t, side="right")) - 1
+    p = int(positions[t])
+    VB = K * W
+    vbi, vbo = p // VB, p % VB
+    owner = (vbo // I) % W
+    lofs = (vbo // (W * I)) * I + vbo % I
+    col = vbi * P + lofs // B
+    width = table.shape[1]
+    physical = int(table[r, col]) if col < width and r < table.shape[0] else None
+    return {"token": t, "tail": False, "request_row": r, "position": p, "logical_block": vbi,
+            "offset_in_block": vbo, "owner": owner, "rank": R, "local_offset": lofs, "column": col,
+            "width": width, "physical": physical, "P": P}
+
+
+def _row_text(row: np.ndarray, count: int | None = None, limit: int = 16) -> str:
+    shown = ", ".join(str(int(x)) for x in row[:limit])
+    more = f", … ({len(row)} entries)" if len(row) > limit else ""
+    return f"[{shown}{more}]" + (f" count {count}" if count is not None else "")
+
+
+def slot_lines(error: SlotDiscrepancy, impl_table: np.ndarray | None = None,
+               ref_count: int | None = None, impl_count: int | None = None) -> list[str]:
+    expected, actual = error.expected_mapping, error.actual_mapping
+    differ = np.flatnonzero(expected != actual)
+    lines = []
+    if not len(differ):
+        return [f"  {error}"]
+    t = int(differ[0])
+    d = decode_token(t, error.query_start_loc, error.positions, error.table, error.config)
+    lines.append("  first differing element:")
+    if d["tail"]:
+        lines.append(f"    token {t} lies in the tail [T={len(error.positions)}, Tmax={len(expected)}): "
+                     f"expected -1, got {actual[t]}")
+    else:
+        rid = error.requests[d["request_row"]] if d["request_row"] < len(error.requests) else None
+        who = f"request {rid} (row {d['request_row']})" if rid is not None else f"row {d['request_row']}"
+        lines.append(f"    {who}, token {t}, position {d['position']}")
+        lines.append(f"    logical allocation block {d['logical_block']}, offset {d['offset_in_block']} of "
+                     f"{error.config['kv_block_size'] * error.config.get('cp_world_size', 1)}; owned by rank "
+                     f"{d['owner']} (this call is rank {d['rank']}); local offset {d['local_offset']}")
+        if d["physical"] is None:
+            lines.append(f"    table column {d['column']} lies past the row (width {d['width']}): the slot must be -1")
+        else:
+            lines.append(f"    table column {d['column']} (kernel block), physical kernel block {d['physical']} "
+                         f"(allocation block {d['physical'] // d['P'] if d['physical'] >= 0 else '?'})")
+        lines.append(f"    expected slot {int(expected[t])}, actual slot {int(actual[t])}")
+        r = d["request_row"]
+        if r < error.table.shape[0]:
+            lines.append(f"  row {r} as the reference holds it:      {_row_text(error.table[r], ref_count)}")
+            if impl_table is not None:
+                lines.append(f"  row {r} as the implementation holds it: {_row_text(impl_table[r], impl_count)}")
+    tokens = ", ".join(str(int(x)) for x in differ[:8]) + (" …" if len(differ) > 8 else "")
+    lines.append(f"  differing elements: {len(differ)} of {len(expected)} (tokens {tokens})")
+    return lines
+
+
+def render(*, kernel: str, device: str, error: BaseException | None, config_text: str,
+           program: list[dict[str, Any]] | None, failed_step: int | None, replay_command: str | None,
+           run: Any = None, triage: str | None = None, title: str = "blocktable found a discrepancy") -> str:
+    lines = [title, f"  kernel:  {kernel}", f"  device:  {device}", f"  config:  {config_text}"]
+    if program is not None:
+        lines.append(f"  program ({len(program)} steps):")
+        for i, step in enumerate(program):
+            mark = "  <- fails here" if failed_step == i else ""
+            lines.append(f"    {i + 1:3d}. {describe_step(step)}{mark}")
+    if error is not None:
+        where = f" at step {failed_step + 1}" if failed_step is not None else ""
+        lines.append(f"  failure{where}: {type(error).__name__}: {error}")
+    if isinstance(error, SlotDiscrepancy):
+        impl_table = ref_count = impl_count = None
+        if run is not None:
+            impl_table = run.tables[error.group].device_rows()
+            r = int(np.searchsorted(error.query_start_loc, int(np.argmax(error.expected_mapping != error.actual_mapping)),
+                                    side="right")) - 1
+            if 0 <= r < impl_table.shape[0]:
+                ref_count = int(run.ref_tables[error.group].count[r])
+                impl_count = int(run.tables[error.group].count[r])
+        lines.extend(slot_lines(error, impl_table, ref_count, impl_count))
+    elif isinstance(error, Discrepancy) and error.index is not None and run is not None and "table" in error.what:
+        group = int(error.what.split()[1]) if error.what.startswith("group ") else 0
+        row = error.index[0]
+        ref, impl = run.ref_tables[group], run.tables[group]
+        source = "device" if "device" in error.what else "host"
+        ref_rows = ref.device if source == "device" else ref.host
+        impl_rows = impl.device_rows() if source == "device" else impl.host
+        lines.append(f"  row {row} ({source}) as the reference holds it:      "
+                     f"{_row_text(ref_rows[row], int(ref.count[row]))}")
+        lines.append(f"  row {row} ({source}) as the implementation holds it: "
+                     f"{_row_text(impl_rows[row], int(impl.count[row]))}")
+    if triage:
+        lines.append(f"  triage: {triage}")
+    if replay_command:
+        lines.append(f"replay: {replay_command}")
+    return "\n".join(lines)

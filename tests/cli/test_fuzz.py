@@ -1,0 +1,133 @@
+"""`blocktable fuzz` against third-party plug-ins: a correct one passes; any single
+planted bug fails with exit 1, a case file and a report; usage errors exit 2."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fuzz
+
+# One planted bug each, in the example plug-in (examples/numpy_slot_mapping.py).
+PLANTED = {
+    "rank test inverted": ("mine = (in_virtual_block // I) % W == R", "mine = (in_virtual_block // I) % W != R"),
+    "no out-of-row guard": ("ok = mine & (column < width)", "ok = mine"),
+    "int32 product": ("block = np.zeros(len(p), dtype=np.int64)", "block = np.zeros(len(p), dtype=np.int32)"),
+    "ownership in kernel-block coordinates": (
+        "        in_virtual_block = p % (K * W)", "        K = B\n        in_virtual_block = p % (K * W)"),
+    "interleave ignored": ("local = (in_virtual_block // (W * I)) * I + in_virtual_block % I",
+                           "local = in_virtual_block // W"),
+    "tail not padded": ("    slot_mapping.copy_(torch.from_numpy(out))",
+                        "    slot_mapping[:len(tokens)].copy_(torch.from_numpy(out[:len(tokens)]))"),
+    "last request skipped": ("for request in range(len(starts) - 1):", "for request in range(len(starts) - 2):"),
+    "fourth request off by one": (
+        "        out[first:last] = np.where(ok, block * B + local % B, -1)",
+        "        out[first:last] = np.where(ok, block * B + local % B, -1)\n"
+        "        if request == 3:\n            out[first:last] = np.where(ok, block * B + (local + 1) % B, -1)"),
+}
+
+
+def test_a_correct_plugin_passes_200_examples(cli, plugin_file):
+    path = plugin_file()
+    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "200", "--seed", "1")
+    assert code == 0, out
+    assert "no discrepancy found" in out and "blocktable fuzz" in out
+
+
+@pytest.mark.parametrize("bug", PLANTED)
+def test_each_planted_bug_fails_with_a_case_and_a_report(cli, plugin_file, bug):
+    path = plugin_file(*PLANTED[bug])
+    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "200", "--seed", "1")
+    assert code == 1, out
+    assert "blocktable found a discrepancy" in out
+    assert "first differing element" in out or "the kernel raised" in out
+    replay_line = [line for line in out.splitlines() if line.startswith("replay: blocktable replay ")]
+    assert len(replay_line) == 1
+    case = Path(out.split("case file: ")[1].split()[0])
+    data = json.loads(case.read_text())
+    assert data["format"] == "blocktable-case" and data["version"] == 1 and data["kernel"].endswith(":slot_mapping")
+    assert {"python", "numpy", "torch", "triton", "hypothesis", "device"} <= set(data["provenance"])
+    # The replay reproduces the same report and exits 1.
+    code, replayed = cli("replay", str(case))
+    assert code == 1
+    first = next(line for line in out.splitlines() if line.startswith("  failure"))
+    assert first in replayed
+
+
+def test_a_triton_kernel_reading_one_column_past_its_row_is_caught_on_the_cpu(cli, tmp_path):
+    """The guard columns around the table make the stray read return poison."""
+    path = tmp_path / "past_row.py"
+    path.write_text('''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _kernel(qsl, pos, table, stride, out, K, B, W, R, I, BLOCK: tl.constexpr):
+    req = tl.program_id(0)
+    begin = tl.load(qsl + req)
+    end = tl.load(qsl + req + 1)
+    t = begin + tl.arange(0, BLOCK)
+    m = t < end
+    p = tl.load(pos + t, mask=m, other=0)
+    vbo = p % (K * W)
+    local = ((vbo // I) % W) == R
+    lofs = (vbo // (W * I)) * I + vbo % I
+    col = (p // (K * W)) * (K // B) + lofs // B  # no out-of-row guard: col may reach width
+    blk = tl.load(table + req.to(tl.int64) * stride + col, mask=m & local, other=0).to(tl.int64)
+    tl.store(out + t, tl.where(local, blk * B + lofs % B, -1), mask=m)
+
+
+def slot_mapping(query_start_loc, positions, block_table, slot_mapping, *, kv_block_size, kernel_block_size,
+                 cp_world_size, cp_rank, cp_interleave):
+    slot_mapping.fill_(-1)
+    n = query_start_loc.numel() - 1
+    if n:
+        _kernel[(n,)](query_start_loc, positions, block_table, block_table.stride(0), slot_mapping, kv_block_size,
+                      kernel_block_size, cp_world_size, cp_rank, cp_interleave, BLOCK=2048)
+''')
+    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "50", "--seed", "1", "--device", "cpu")
+    assert code == 1, out
+    assert "lies past the row" in out
+
+
+def test_a_kernel_that_kills_its_process_leaves_a_replayable_case(cli, tmp_path, plugin_file):
+    good = plugin_file(name="good.py")
+    path = tmp_path / "crasher.py"
+    path.write_text(f'''
+import importlib.util, os, signal
+spec = importlib.util.spec_from_file_location("good", {str(good)!r})
+good = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(good)
+
+
+def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
+    if positions.numel() and int(positions.max()) >= 40:
+        os.kill(os.getpid(), signal.SIGSEGV)  # as an illegal memory access would
+    good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
+''')
+    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "100", "--seed", "1")
+    assert code == 1, out
+    assert "was killed by signal SIGSEGV" in out
+    case = Path(out.split("case file: ")[1].split()[0])
+    assert json.loads(case.read_text())["failure"]["what"] == "crash"
+    code, replayed = cli("replay", str(case))
+    assert code == 1 and "was killed by signal SIGSEGV" in replayed
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kernel", "nope"], "unknown kernel 'nope'"),
+    (["--kernel", "missing.py:fn"], "kernel file missing.py does not exist"),
+    (["--kernel", "os.path:nothing_here"], "os.path has no function 'nothing_here'"),
+    (["--kernel", "os.path:join"], "does not follow the plug-in contract"),
+    (["--examples", "0"], "--examples must be >= 1, got 0"),
+    (["--minutes", "-1"], "--minutes must be > 0"),
+])
+def test_usage_errors_exit_2(cli, args, message):
+    code, out = cli("fuzz", *args)
+    assert code == 2 and message in out, out
+
+
+def test_examples_and_minutes_are_exclusive(cli):
+    code, out = cli("fuzz", "--examples", "3", "--minutes", "1")
+    assert code == 2 and "not allowed with argument" in out

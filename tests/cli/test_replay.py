@@ -1,0 +1,70 @@
+"""`blocktable replay`: deterministic, exit 1 while failing and 0 once fixed, and
+`--emit-test` writes a regression test that fails before the fix and passes after."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.fuzz
+
+BUG = ("ok = mine & (column < width)", "ok = mine & (column < width) & (p % 5 != 4)")
+
+
+def failing_case(cli, plugin_file) -> tuple[Path, Path]:
+    kernel = plugin_file(*BUG)
+    code, out = cli("fuzz", "--kernel", f"{kernel}:slot_mapping", "--examples", "100", "--seed", "2")
+    assert code == 1, out
+    return kernel, Path(out.split("case file: ")[1].split()[0])
+
+
+def test_replay_is_deterministic_and_follows_the_fix(cli, plugin_file):
+    kernel, case = failing_case(cli, plugin_file)
+    code1, first = cli("replay", str(case))
+    code2, second = cli("replay", str(case))
+    assert code1 == code2 == 1 and first == second
+    kernel.write_text(kernel.read_text().replace(BUG[1], BUG[0]))  # the fix
+    code, out = cli("replay", str(case))
+    assert code == 0 and "passes now" in out
+
+
+def test_emitted_regression_test_fails_before_the_fix_and_passes_after(cli, plugin_file, tmp_path):
+    kernel, case = failing_case(cli, plugin_file)
+    code, out = cli("replay", str(case), "--emit-test", "regressions")
+    assert code == 1 and "wrote regressions/test_" in out
+    folder = tmp_path / "regressions"
+    pytest_run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(folder)]
+    before = subprocess.run(pytest_run, capture_output=True, text=True, cwd=tmp_path)
+    assert before.returncode == 1, before.stdout
+    kernel.write_text(kernel.read_text().replace(BUG[1], BUG[0]))
+    after = subprocess.run(pytest_run, capture_output=True, text=True, cwd=tmp_path)
+    assert after.returncode == 0, after.stdout
+
+
+def test_verbose_replay_prints_every_step(cli, plugin_file, monkeypatch):
+    _, case = failing_case(cli, plugin_file)
+    monkeypatch.setenv("BLOCKTABLE_VERBOSE", "1")
+    code, out = cli("replay", str(case))
+    steps = json.loads(case.read_text())["program"]
+    assert code == 1
+    if steps:
+        assert "step 1:" in out
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{}", "not a blocktable case file"),
+    ('{"format": "blocktable-case", "version": 99, "kind": "lockstep"}', "version 99 is not supported"),
+    ("not json", "is not valid JSON"),
+])
+def test_a_bad_case_file_exits_2(cli, tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    code, out = cli("replay", str(path))
+    assert code == 2 and message in out
+
+
+def test_a_missing_case_file_exits_2(cli):
+    code, out = cli("replay", "nowhere.json")
+    assert code == 2 and "does not exist" in out
