@@ -89,6 +89,7 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
     if ready is None:
         return
     backend, kernel = ready
+    LAST_RUN.clear()
     out = Path(payload["out"])
     spec = payload["kernel"]
     journal = Journal(Path(payload["journal"]))
@@ -103,6 +104,7 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
         journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": backend.describe()})
         outcome = run_slot_call(call, kernel, backend)
         if not outcome.passed:
+            stats["first_failure"], stats["examples_to_failure"] = time.monotonic(), 0
             case = Case("slot-call", spec, {}, call=call, provenance=prov)
             _save_and_report(case, outcome, backend, out, send, _public(stats, start))
             return
@@ -112,13 +114,14 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
 
     def on_run(run: Any) -> None:
         stats["examples"] += 1
+        run._ordinal = stats["examples"]
         journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": backend.describe()})
         run.on_step = journal.write
         runs.append(run)
         now = time.monotonic()
         if now - last_sent[0] > 0.25:
             last_sent[0] = now
-            _account(runs, stats)
+            _account(runs[:-1], stats)  # the newest run has only just started
             send({"type": "progress", "phase": "lockstep", **_public(stats, start)})
 
     examples = payload.get("examples")
@@ -141,6 +144,9 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
             if isinstance(failure, KeyboardInterrupt):
                 raise
             _account(runs, stats)
+            if stats.get("first_failure") is None and "build_failed_at" in LAST_RUN:
+                stats["first_failure"] = LAST_RUN["build_failed_at"]
+                stats["examples_to_failure"] = stats["examples"] + 1
             last = LAST_RUN.get("run")
             world = last.world if last is not None else LAST_RUN.get("world")
             program = list(last.program) if last is not None else []
@@ -156,6 +162,7 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
                             "message": str(outcome.error), "step": outcome.failed_step}
             path = case.save(out)
             send({"type": "result", "status": "fail", "case": str(path), "kind": "lockstep",
+                  "program_steps": len(case.program),
                   "report": report_failure(case, outcome, backend, path, title), "step": outcome.failed_step,
                   "first": slot_mismatch(outcome.error), "device": backend.describe(), **_public(stats, start)})
             return
@@ -167,6 +174,9 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
 def _account(runs: list[Any], stats: dict[str, Any]) -> None:
     """Fold finished runs into the totals (each run is counted once)."""
     for run in runs:
+        if run.failed_at is not None and stats.get("first_failure") is None:
+            stats["first_failure"] = run.failed_at
+            stats["examples_to_failure"] = getattr(run, "_ordinal", None)
         if getattr(run, "_counted", False):
             continue
         run._counted = True
@@ -176,8 +186,11 @@ def _account(runs: list[Any], stats: dict[str, Any]) -> None:
 
 
 def _public(stats: dict[str, Any], start: float) -> dict[str, Any]:
+    first = stats.get("first_failure")
     return {"examples": stats["examples"], "steps": stats["steps"], "operations": stats["operations"],
-            "events": dict(stats["events"]), "elapsed": time.monotonic() - start}
+            "events": dict(stats["events"]), "elapsed": time.monotonic() - start,
+            "first_failure_s": None if first is None else first - start,
+            "examples_to_failure": stats.get("examples_to_failure")}
 
 
 def replay_child(payload: dict[str, Any], send: Send) -> None:

@@ -17,6 +17,7 @@ before it runs (the crash journal), and after it the whole state is compared:
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -68,6 +69,7 @@ class Lockstep:
         self.events: Counter[str] = Counter()
         self.program: list[dict[str, Any]] = []
         self.steps_checked = 0
+        self.failed_at: float | None = None  # when a step first failed (time.monotonic)
 
         # The reference side.
         self.ref_pool = ReferencePool(world.num_blocks, world.null_block)
@@ -100,8 +102,13 @@ class Lockstep:
             self.on_step(step)
         self.program.append(dict(step))
         args = {k: v for k, v in step.items() if k != "op"}
-        result = getattr(self, f"_{op}")(**args)
-        self.check()
+        try:
+            result = getattr(self, f"_{op}")(**args)
+            self.check()
+        except Exception:
+            if self.failed_at is None:
+                self.failed_at = time.monotonic()
+            raise
         return result
 
     def event(self, label: str) -> None:
@@ -401,6 +408,8 @@ class Lockstep:
                 ids = self.ids(r.new)
                 self.ref_tables[g].append_row(ids, row)
                 self.tables[g].append_row(ids, row)
+            if int(self.ref_tables[g].count[row]) == self.ref_tables[g].width:
+                self.event("row filled to its width")
         return q
 
     def _check_group(self, g: int, qsl: np.ndarray, positions: np.ndarray, values: np.ndarray, N: int) -> None:

@@ -9,6 +9,7 @@ example last, so that run's `program` is the shrunk step program.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import hypothesis
@@ -42,7 +43,11 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
         def build(self, world: WorldConfig) -> None:
             LAST_RUN.pop("run", None)
             LAST_RUN["world"] = world  # kept even if the implementation refuses to build
-            self.run = Lockstep(world, kernel, backend, on_event=hypothesis.event)
+            try:
+                self.run = Lockstep(world, kernel, backend, on_event=hypothesis.event)
+            except Exception:
+                LAST_RUN.setdefault("build_failed_at", time.monotonic())
+                raise
             LAST_RUN["run"] = self.run
             if on_run is not None:
                 on_run(self.run)
@@ -81,6 +86,15 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
         def fork(self, which: int) -> None:
             parents = self._forkable()
             self.apply(op="fork", parent=parents[which % len(parents)])
+
+        @precondition(lambda self: self.run.free_row() is not None and self._forkable())
+        @rule(which=WHICH)
+        def beam(self, which: int) -> None:
+            """Beam search: fork, then every running request decodes one token, so a
+            shared, partly filled last block is copied on write."""
+            parents = self._forkable()
+            self.apply(op="fork", parent=parents[which % len(parents)])
+            self.apply(op="step", query=[1] * self.run.world.max_num_reqs, pad=0)
 
         @precondition(lambda self: self.run.requests)
         @rule(which=WHICH, clear=st.booleans())

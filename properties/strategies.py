@@ -126,7 +126,9 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     W = draw(st.sampled_from([w for w in (1, 1, 1, 2, 2, 4, 8) if w <= max_world]))
     groups = tuple(draw(st.lists(group_configs(W), min_size=1, max_size=max_groups)))
     max_num_reqs = draw(st.integers(1, 6))
-    max_model_len = draw(st.sampled_from([1, 16, 17, 100, 128, 129, 1024, 1025, 2100, 16383, 16384, 16385]))
+    # 128 and 1024 tokens are whole rows for power-of-two K: rows can fill to the last entry.
+    max_model_len = draw(st.sampled_from([1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384,
+                                          16385]))
     null_block = draw(st.booleans())
     # Blocks to hold every row at up to 2100 tokens in every group: "roomy".
     reach = min(max_model_len, 2100)
@@ -153,9 +155,13 @@ def step_queries(max_rows: int = 6) -> st.SearchStrategy[list[int]]:
     return st.lists(query_lengths(), min_size=1, max_size=max_rows)
 
 
+FILL = 10**6  # a chunk "as long as fits": capped at max_model_len and the token budget
+
+
 def prefill_lengths() -> st.SearchStrategy[int]:
-    """One long chunk: around a block, around the 1024-token tile."""
-    return st.sampled_from([9, 17, 64, 130, 1023, 1024, 1025])
+    """One long chunk: around a block, around the 1024-token tile, or as long as fits
+    (which fills a row to its last entry when max_model_len is a row's worth)."""
+    return st.sampled_from([9, 17, 64, 130, 1023, 1024, 1025, FILL, FILL])
 
 
 REJECTIONS = ("row-overflow", "double-free", "free-duplicate", "over-allocate", "fork-unknown")

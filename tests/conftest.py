@@ -14,6 +14,17 @@ import pytest
 from blocktable import device
 from blocktable.properties import profiles
 
+
+def _pin_worker_gpu() -> None:
+    """On a multi-GPU runner each xdist worker takes its own GPU (gw0 -> 0, gw1 -> 1, ...)."""
+    import torch
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and torch.cuda.is_available() and torch.cuda.device_count() > 1:
+        torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
+
+
+_pin_worker_gpu()
 # Before any kernel module is imported: the GPU when there is one, else the
 # interpreter (BLOCKTABLE_DEVICE=cpu forces it on a GPU machine).
 BACKEND = device.select(os.environ.get("BLOCKTABLE_DEVICE", "auto"))

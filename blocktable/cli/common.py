@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from rich.console import Console
 from blocktable.device import CHOICES
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
-console = Console(highlight=False)
+# Piped output (CI logs, files) gets a wide console: reports and tables are read later.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 
 class UsageError(Exception):

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from blocktable.cli import fuzz, replay, selfcheck
+from blocktable.cli import bench, fuzz, mutants, replay, selfcheck
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -14,7 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="blocktable",
         description="Correctness and fuzzing harness for PagedAttention block tables and slot mapping.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    bench.add_parser(sub)
     fuzz.add_parser(sub)
+    mutants.add_parser(sub)
     replay.add_parser(sub)
     selfcheck.add_parser(sub)
     return parser

@@ -1,0 +1,232 @@
+"""`blocktable bench`: our slot-mapping kernels and any plug-ins side by side on a
+fixed suite of shapes, each timed as CUDA-graph replays (triton.testing's
+do_bench_cudagraph, median), against a measured device-to-device copy bandwidth.
+
+Every kernel's output is checked against the vectorized reference on each shape
+before it is timed: a wrong kernel is reported, never ranked. Without a GPU the
+command still runs (interpreter, tiny shapes) to check the code path; its
+"timings" are then labelled as no measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, UsageError, console, normalize_kernel
+from blocktable.device import CHOICES
+
+# (name, requests, tokens per request)
+SHAPES = [("decode-256", 256, 1), ("decode-1024", 1024, 1), ("mixed-64x128", 64, 128),
+          ("prefill-8x2048", 8, 2048), ("prefill-1x16384", 1, 16384), ("256x4096", 256, 4096),
+          ("64x65536", 64, 65536)]
+QUICK = [("decode-256", 256, 1), ("mixed-64x128", 64, 128), ("prefill-1x16384", 1, 16384), ("256x4096", 256, 4096)]
+TINY = [("decode-8", 8, 1), ("mixed-4x32", 4, 32)]  # the interpreter: the code path, not a measurement
+WORLDS = [(1, 1), (4, 16)]  # (W, I)
+K = B = 16
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="time slot-mapping kernels side by side (GPU)", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="four shapes instead of seven")
+    p.add_argument("--kernel", action="append", default=[], metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
+                   help="a further kernel to time beside ours (repeatable)")
+    p.add_argument("--device", default="auto", choices=CHOICES)
+    p.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json, .md and .png")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(run=run)
+
+
+@dataclass
+class Row:
+    shape: str
+    world: int
+    interleave: int
+    kernel: str
+    tokens: int
+    requests: int
+    microseconds: float | None
+    bytes: int
+    ok: bool
+    note: str = ""
+
+    @property
+    def gbps(self) -> float | None:
+        return self.bytes / self.microseconds / 1e3 if self.microseconds else None
+
+
+def make_inputs(requests: int, per_request: int, W: int, I: int, seed: int, device: Any) -> dict[str, Any]:
+    import torch
+
+    rng = np.random.default_rng(seed)
+    lengths = np.full(requests, per_request, dtype=np.int64)
+    context = per_request if per_request > 1 else 4096  # decode: one token at a long context
+    starts = rng.integers(0, max(1, context // 2), size=requests) if per_request == 1 else np.zeros(requests, np.int64)
+    qsl = np.zeros(requests + 1, dtype=np.int32)
+    qsl[1:] = np.cumsum(lengths)
+    T = int(qsl[-1])
+    positions = (np.repeat(starts, lengths) + np.arange(T) - np.repeat(qsl[:-1], lengths)).astype(np.int64)
+    width = -(-int(positions.max() + 1) // (K * W)) * (K // B)
+    table = rng.integers(1, 2**31 - 1, size=(requests, width), dtype=np.int64).astype(np.int32)
+    # Bytes a kernel must move at least: positions in, the output out, qsl, and each table entry used once.
+    from blocktable.properties.vectorized import slot_mapping_vectorized
+
+    config = dict(kv_block_size=K, kernel_block_size=B, cp_world_size=W, cp_rank=0, cp_interleave=I)
+    expected = slot_mapping_vectorized(qsl, positions, table, T, **config)
+    request = np.repeat(np.arange(requests), lengths)
+    used = np.unique(request.astype(np.int64) * width + ((positions // (K * W)) * (K // B)))
+    nbytes = 8 * T + 8 * T + 4 * (requests + 1) + 4 * len(used)
+    to = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+    return {"qsl": to(qsl), "positions": to(positions), "table": to(table), "T": T, "config": config,
+            "expected": expected, "bytes": nbytes}
+
+
+def time_call(fn: Callable[[], None], cuda: bool) -> tuple[float, str]:
+    """Median microseconds: CUDA-graph replays on a GPU (plain launches if the kernel
+    cannot be captured), wall time under the interpreter."""
+    if not cuda:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e6, "interpreter: not a measurement"
+    import torch
+    import triton.testing
+
+    try:
+        ms = triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+        return ms * 1e3, ""
+    except Exception as e:  # e.g. a plug-in that synchronises cannot be captured
+        torch.cuda.synchronize()
+        ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+        return ms * 1e3, f"no CUDA graph ({type(e).__name__}): plain launches"
+
+
+def copy_bandwidth(cuda: bool) -> float | None:
+    """Device-to-device copy, bytes read + written per second (GB/s)."""
+    if not cuda:
+        return None
+    import torch
+    import triton.testing
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    return 2 * src.numel() / (ms * 1e-3) / 1e9
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        extra = [normalize_kernel(k) for k in args.kernel]
+    except UsageError as e:
+        console.print(f"[red]blocktable bench:[/] {e}")
+        return EXIT_USAGE
+    from blocktable import device, plugin
+    from blocktable.checks import data_checks
+    from blocktable.properties.reference_kernel import harness_kernels
+
+    backend = device.select(args.device)
+    cuda = backend.name == "cuda"
+    try:
+        kernels = {name: plugin.load(name, harness_kernels()) for name in ["triton-per-request", "triton-tiled", *extra]}
+    except plugin.PluginError as e:
+        console.print(f"[red]blocktable bench:[/] {e}")
+        return EXIT_USAGE
+    shapes = (QUICK if args.quick else SHAPES) if cuda else TINY
+    copy_gbps = copy_bandwidth(cuda)
+    rows: list[Row] = []
+    import torch
+
+    for name, requests, per_request in shapes:
+        for W, I in WORLDS:
+            inputs = make_inputs(requests, per_request, W, I, args.seed, backend.device)
+            for kernel_name, fn in kernels.items():
+                out = torch.full((inputs["T"],), -7, dtype=torch.int64, device=backend.device)
+                call = lambda: fn(inputs["qsl"], inputs["positions"], inputs["table"], out, **inputs["config"])  # noqa
+                with data_checks(False):  # checks read the device back: not capturable, not the kernel's cost
+                    call()
+                    ok = np.array_equal(out.cpu().numpy(), inputs["expected"])
+                    us, note = time_call(call, cuda) if ok else (None, "WRONG OUTPUT: not timed")
+                rows.append(Row(name, W, I, kernel_name, inputs["T"], requests, us, inputs["bytes"], ok, note))
+                console.print(f"{name:>16} W={W} {kernel_name:<20} "
+                              + (f"{us:9.2f} µs" if us is not None else "        -   ") + f"  {note}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = _meta(backend, copy_gbps)
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
+    markdown = render_markdown(rows, meta)
+    (args.out / "results.md").write_text(markdown)
+    plotted = plot(rows, copy_gbps, args.out / "bench.png", meta)
+    console.print(markdown, markup=False, soft_wrap=True)
+    console.print(f"wrote {args.out / 'results.json'}, {args.out / 'results.md'}"
+                  + (f", {args.out / 'bench.png'}" if plotted else " (no plot: matplotlib is not installed)"))
+    return EXIT_PASS if all(r.ok for r in rows) else EXIT_FAIL
+
+
+def _meta(backend: Any, copy_gbps: float | None) -> dict[str, Any]:
+    import datetime
+    import platform
+
+    import torch
+    import triton
+
+    return {"device": backend.describe(), "torch": torch.__version__, "triton": triton.__version__,
+            "numpy": np.__version__, "python": platform.python_version(),
+            "date": datetime.date.today().isoformat(), "copy_gbps": copy_gbps, "K": K, "B": B}
+
+
+def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
+    copy = meta.get("copy_gbps")
+    lines = [f"Device: {meta['device']}; numpy {meta['numpy']}; {meta['date']}.",
+             f"Device-to-device copy: {copy:.0f} GB/s (bytes read + written)." if copy else
+             "No GPU: interpreter timings, not measurements.",
+             f"K = B = {meta['K']}; times are medians of CUDA-graph replays.", "",
+             "| shape | W | tokens | kernel | µs | tokens/s | GB/s | % of copy | vs per-request |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    base = {(r.shape, r.world): r.microseconds for r in rows if r.kernel == "triton-per-request"}
+    for r in rows:
+        if r.microseconds is None:
+            lines.append(f"| {r.shape} | {r.world} | {r.tokens} | {r.kernel} | - | - | - | - | {r.note} |")
+            continue
+        speed = base.get((r.shape, r.world))
+        lines.append(f"| {r.shape} | {r.world} | {r.tokens:,} | {r.kernel} | {r.microseconds:.2f} | "
+                     f"{r.tokens / r.microseconds * 1e6:.3g} | {r.gbps:.0f} | "
+                     f"{100 * r.gbps / copy:.0f}% | " if copy else
+                     f"| {r.shape} | {r.world} | {r.tokens:,} | {r.kernel} | {r.microseconds:.2f} | "
+                     f"{r.tokens / r.microseconds * 1e6:.3g} | {r.gbps:.2f} | - | ")
+        lines[-1] += (f"{speed / r.microseconds:.2f}× |" if speed else "- |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[Row], copy_gbps: float | None, path: Path, meta: dict[str, Any]) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for (kernel, world) in sorted({(r.kernel, r.world) for r in rows}):
+        points = sorted((r.tokens, r.microseconds) for r in rows if r.kernel == kernel and r.world == world
+                        and r.microseconds)
+        if points:
+            ax.plot(*zip(*points), marker="o", label=f"{kernel}, W={world}")
+    if copy_gbps:
+        tokens = sorted({r.tokens for r in rows})
+        floor = [next(r.bytes for r in rows if r.tokens == t) / (copy_gbps * 1e3) for t in tokens]
+        ax.plot(tokens, floor, "k--", label=f"copy-bandwidth floor ({copy_gbps:.0f} GB/s)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("µs (median of CUDA-graph replays)")
+    ax.set_title(f"slot mapping on {meta['device'].split(' (')[0]}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

@@ -1,0 +1,96 @@
+"""`blocktable mutants`: apply each catalogued mutant to a copy of the source, fuzz
+it with the ci profile, and show which the harness kills. Exit 0 only if every
+non-equivalent mutant is killed; 2 on a usage error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from concurrent.futures import ThreadPoolExecutor, as_completed
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, console
+from blocktable.device import CHOICES
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("mutants", help="the mutation gate: does the harness kill every catalogued bug?",
+                       description=__doc__)
+    p.add_argument("--only", nargs="+", metavar="ID", help="run only these mutants (ids, or a layer name)")
+    p.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
+                   help="fuzzing time per mutant before it counts as surviving (default 120)")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once (default: the cores)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", choices=CHOICES)
+    p.add_argument("--include-equivalent", action="store_true", help="also run the mutants marked equivalent")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON instead of a table")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from blocktable.properties.mutants import CATALOGUE
+    from blocktable.properties.mutation import Verdict, run_mutant
+
+    chosen = list(CATALOGUE)
+    if args.only:
+        known = {m.id for m in CATALOGUE} | {m.layer for m in CATALOGUE}
+        unknown = [x for x in args.only if x not in known]
+        if unknown:
+            console.print(f"[red]blocktable mutants:[/] unknown mutant or layer {', '.join(unknown)}")
+            return EXIT_USAGE
+        chosen = [m for m in CATALOGUE if m.id in args.only or m.layer in args.only]
+    if args.budget <= 0 or args.jobs < 1:
+        console.print("[red]blocktable mutants:[/] --budget and --jobs must be positive")
+        return EXIT_USAGE
+    to_run = [m for m in chosen if args.include_equivalent or not m.equivalent]
+    verdicts: dict[str, Verdict] = {m.id: Verdict(m.id, m.layer, m.imitates, None, equivalent=m.equivalent)
+                                    for m in chosen if m not in to_run}
+    with Progress(TextColumn("[bold]mutants"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
+                  TimeElapsedColumn(), console=console, disable=args.json) as progress:
+        task = progress.add_task("mutants", total=len(to_run), last="")
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = {pool.submit(run_mutant, m, args.budget, args.seed, args.device): m for m in to_run}
+            for future in as_completed(futures):
+                verdict = future.result()
+                verdicts[verdict.id] = verdict
+                progress.update(task, advance=1,
+                                last=f"{verdict.id} {'killed' if verdict.killed else 'SURVIVED'}")
+    ordered = [verdicts[m.id] for m in chosen]
+    survivors = [v for v in ordered if v.killed is False and not v.equivalent]
+    if args.json:
+        print(json.dumps([v.to_json() for v in ordered], indent=1))
+    else:
+        console.print(verdict_table(ordered), soft_wrap=True)
+        console.print(summary_line(ordered))
+    return EXIT_FAIL if survivors else EXIT_PASS
+
+
+def verdict_table(verdicts: list) -> Table:
+    table = Table(title="blocktable mutation gate")
+    for column in ("mutant", "layer", "killed?", "time to kill", "examples", "shrunk steps", "imitates / detected by"):
+        table.add_column(column)
+    for v in verdicts:
+        if v.killed is None:
+            killed, detail = "equivalent", v.equivalent or ""
+        else:
+            killed = "[green]killed[/]" if v.killed else "[red]SURVIVED[/]"
+            detail = f"{v.imitates}" + (f"\n↳ {v.by}" if v.by else "")
+        table.add_row(v.id, v.layer, killed, f"{v.seconds_to_kill:.1f} s" if v.seconds_to_kill is not None else "-",
+                      "spec example" if v.examples_to_kill == 0 else str(v.examples_to_kill or "-"),
+                      str(v.shrunk_steps) if v.shrunk_steps else "-", detail)
+    return table
+
+
+def summary_line(verdicts: list) -> str:
+    ran = [v for v in verdicts if v.killed is not None and not v.equivalent]
+    killed = [v for v in ran if v.killed]
+    times = [v.seconds_to_kill for v in killed if v.seconds_to_kill is not None]
+    text = f"{len(killed)}/{len(ran)} non-equivalent mutants killed"
+    if times:
+        text += f"; time to kill: median {statistics.median(times):.1f} s, worst {max(times):.1f} s"
+    equivalent = sum(1 for v in verdicts if v.equivalent)
+    return text + (f"; {equivalent} marked equivalent" if equivalent else "")

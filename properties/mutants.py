@@ -1,0 +1,144 @@
+"""The mutation gate's catalogue: small source changes to our own code, each one
+imitating a bug that really happens in block-table code. The harness must kill
+(detect) every one that can change observable behaviour.
+
+Each mutant replaces one exact snippet (it must occur exactly once) in one file of
+the package tree (`blocktable/...`, `blocktable/kernels/...`). `kernel` is the
+slot-mapping kernel the fuzzing runs for it; `env` adds environment variables (the
+oracle-kernel mutants switch the data oracle to its Triton engine, which the
+interpreter otherwise skips for speed). `equivalent` says why a mutant cannot be
+observed within the harness's reach; those are reported, not required.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    layer: str  # kernel | table | pool | sequence | oracle kernels
+    path: str
+    old: str
+    new: str
+    imitates: str
+    kernel: str = "triton"
+    env: dict[str, str] = field(default_factory=dict)
+    equivalent: str | None = None
+
+
+SLOTS = "blocktable/kernels/slot_mapping.py"
+WRAPPERS = "blocktable/slots.py"
+TABLE = "blocktable/table.py"
+POOL = "blocktable/pool.py"
+SEQUENCE = "blocktable/sequence.py"
+ORACLE = "blocktable/kernels/kv_oracle.py"
+TRITON_ORACLE = {"BLOCKTABLE_ORACLE": "triton"}
+
+CATALOGUE: tuple[Mutant, ...] = (
+    # -- the slot-mapping kernels ---------------------------------------------------------
+    Mutant("K01", "kernel", SLOTS, "tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)",
+           "tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens - 1)",
+           "tail padding off by one: the last slot of [T, Tmax) is never written"),
+    Mutant("K02", "kernel", SLOTS, "tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)",
+           "tl.store(out_ptr + t, tl.where(keep & is_token, slot, 0), mask=t < max_num_tokens)",
+           "PAD written as 0: padded tokens overwrite slot 0 of the KV cache"),
+    Mutant("K03", "kernel", SLOTS, "block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)",
+           "block = tl.load(row_ptr + col, mask=keep, other=0)",
+           "int32 product of block id and block size: ids near 2**31-1 wrap negative"),
+    Mutant("K04", "kernel", SLOTS, "table_ptr + req.to(tl.int64) * table_stride", "table_ptr + req * table_stride",
+           "row offset computed in int32",
+           equivalent="wraps only once rows * stride >= 2**31 (a table of 8 GiB or more), far beyond any table "
+                      "the harness builds; the int64 cast is kept for production sizes"),
+    Mutant("K05", "kernel", SLOTS, "keep = local & (col < width)", "keep = col < width",
+           "missing where(is_local, ...): another rank's tokens get slots on this rank"),
+    Mutant("K06", "kernel", SLOTS, "vb = K * W  # one virtual block", "vb = B * W  # one virtual block",
+           "ownership decided in kernel-block coordinates (wrong when P > 1, W > 1 and I does not divide B)"),
+    Mutant("K07", "kernel", SLOTS, "lofs = (vbo // (W * I)) * I + vbo % I", "lofs = vbo // W",
+           "local offset that ignores the interleave I"),
+    Mutant("K08", "kernel", SLOTS, "is_token = t < num_tokens", "is_token = t <= num_tokens",
+           "token mask <=: token T (the first tail slot) is mapped from a stray position"),
+    Mutant("K09", "kernel", SLOTS, "keep = local & (col < width)", "keep = local",
+           "missing out-of-row guard: a column past the row reads the next row (vLLM's bug)"),
+    Mutant("K10", "kernel", WRAPPERS, "kernel[(N + 1,)](", "kernel[(N,)](",
+           "last request not launched (the tail program takes its place)", kernel="triton-per-request"),
+    Mutant("K11", "kernel", SLOTS, "req = tl.where(start <= t, mid, req)", "req = tl.where(start < t, mid, req)",
+           "request search with < instead of <=: a request's first token is given to the one before"),
+    Mutant("K12", "kernel", WRAPPERS, "SEARCH_STEPS=max(0, N - 1).bit_length()", "SEARCH_STEPS=max(0, N - 2).bit_length()",
+           "binary search one halving short: late requests' tokens land in earlier rows"),
+    Mutant("K13", "kernel", SLOTS, "        end = tl.load(qsl_ptr + req + 1)", "        end = tl.load(qsl_ptr + req + 1) - 1",
+           "request end off by one: each request's last token is never mapped", kernel="triton-per-request"),
+    Mutant("K14", "kernel", SLOTS, "col = vbi * P + lofs // B", "col = vbi + lofs // B",
+           "virtual block index not scaled by P: hybrid tables read the wrong column"),
+    Mutant("K15", "kernel", SLOTS, "return block * B + lofs % B, keep", "return block * B + lofs % K, keep",
+           "in-block offset taken modulo K instead of B"),
+    Mutant("K16", "kernel", SLOTS, "tl.store(out_ptr + offs, tl.full([BLOCK], -1, tl.int64), mask=offs < max_num_tokens)",
+           "tl.store(out_ptr + offs, tl.full([BLOCK], -1, tl.int64), mask=offs < max_num_tokens - 1)",
+           "per-request kernel: tail padding off by one", kernel="triton-per-request"),
+    # -- the block table ------------------------------------------------------------------
+    Mutant("T01", "table", TABLE, "(blocks.astype(np.int64)[:, None] * P + np.arange(P))",
+           "(blocks.astype(np.int64)[:, None] + np.arange(P) * P)",
+           "map_to_kernel_blocks with the factors swapped"),
+    Mutant("T02", "table", TABLE, "        self.host[dst, :n] = self.host[src, :n]\n        self.count[dst] = n",
+           "        self.host[dst, :n] = self.host[src, :n]", "move_row that forgets the count"),
+    Mutant("T03", "table", TABLE, "        self.host[src, :n] = 0\n        self.count[src] = 0\n", "",
+           "move_row that leaves the source row in place"),
+    Mutant("T04", "table", TABLE, "        if src == dst:\n            return\n        n = int(self.count[src])",
+           "        n = int(self.count[src])", "move_row(a, a) wipes the row (copy, then clear the source)"),
+    Mutant("T05", "table", TABLE, "        self.count[[a, b]] = self.count[[b, a]]\n", "",
+           "swap_row that swaps the rows but not the counts"),
+    Mutant("T06", "table", TABLE, "        self.host[r, :kernel.size] = kernel\n        self.count[r] = kernel.size",
+           "        self.append_row(ids, r)", "add_row appending instead of replacing (a resumed request keeps stale blocks)"),
+    Mutant("T07", "table", TABLE, "        if n == 0:\n            return\n        if self._staging is None:",
+           "        n = max(0, n - 1)\n        if n == 0:\n            return\n        if self._staging is None:",
+           "commit of n-1 rows: the last request's row never reaches the device"),
+    Mutant("T08", "table", TABLE, "self.device_tensor[num_reqs:num_reqs_padded].fill_(NULL_BLOCK_ID)",
+           "self.device_tensor[num_reqs:num_reqs_padded].fill_(-1)", "CUDA-graph padding with -1 instead of NULL_BLOCK_ID"),
+    Mutant("T09", "table", TABLE, "        self.host[r, :self.count[r]] = 0\n        self.count[r] = 0",
+           "        self.count[r] = 0", "clear_row that only resets the count"),
+    Mutant("T10", "table", TABLE, "        if have + kernel.size > self.width:", "        if have + kernel.size >= self.width:",
+           "overflow check off by one: a row filled exactly to its width is refused"),
+    # -- the pool -------------------------------------------------------------------------
+    Mutant("P01", "pool", POOL, "        if (counts > 1).any():", "        if False:",
+           "a duplicate id in one free is queued twice (vLLM bug #42571)"),
+    Mutant("P02", "pool", POOL, "        self.ref[blocks] -= 1\n        released = blocks[self.ref[blocks] == 0]",
+           "        self.ref[blocks] = 0\n        released = blocks", "free that ignores ref counts (frees blocks still shared)"),
+    Mutant("P03", "pool", POOL, "        first = 1 if null_block else 0\n        if not isinstance",
+           "        first = 0\n        if not isinstance", "the null block is handed out"),
+    Mutant("P04", "pool", SEQUENCE, "        for b in reversed(self.blocks[seq]):", "        for b in self.blocks[seq]:",
+           "free order not reversed: the queue gets a request's blocks first block first"),
+    Mutant("P05", "pool", POOL, "        zero = self.ref[blocks] == 0\n        if zero.any():\n            raise ValueError(f\"free: double",
+           "        zero = self.ref[blocks] < 0\n        if zero.any():\n            raise ValueError(f\"free: double",
+           "double free not detected"),
+    Mutant("P06", "pool", POOL, "        self._head = (self._head + n) % len(self._ring)",
+           "        self._head = (self._head + n - (n > 1)) % len(self._ring)",
+           "ring-buffer head advanced one short: a block is handed out twice"),
+    # -- sequences: fork and copy-on-write ---------------------------------------------------
+    Mutant("S01", "sequence", SEQUENCE, "self.pool.share(sorted(set(blocks)))", "self.pool.share(list(blocks))",
+           "fork counting a block listed twice in one table twice",
+           equivalent="no legal operation sequence builds a table listing one block twice (fresh allocations only); "
+                      "tests/reference/test_sequence.py pins the rule on a hand-built table"),
+    Mutant("S02", "sequence", SEQUENCE, "            self._pending_copies.append(cow)\n", "",
+           "copy-on-write that skips the copy (the new block holds stale KV)"),
+    Mutant("S03", "sequence", SEQUENCE, "            self.pool.unshare(src)\n            blocks[-1] = dst",
+           "            self.pool.unshare(src)", "copy-on-write that keeps writing the sibling's block"),
+    Mutant("S04", "sequence", SEQUENCE, "        return bool(blocks) and self.num_tokens[seq] % self.tokens_per_block != 0 \\\n            and self.pool.ref[blocks[-1]] > 1",
+           "        return bool(blocks) and self.pool.ref[blocks[-1]] > 1",
+           "copy-on-write of a full shared block (a needless copy and allocation)"),
+    Mutant("S05", "sequence", SEQUENCE, "        self._live(seq, \"preempt\")\n        self._give_back(seq)",
+           "        self._live(seq, \"preempt\")\n        self.blocks.pop(seq)", "preempt that drops the blocks without freeing them (a leak)"),
+    # -- the data oracle's kernels ---------------------------------------------------------
+    Mutant("O01", "oracle kernels", ORACLE, "mask=in_range & (slot >= 0))", "mask=in_range)",
+           "KV write that does not skip padded slots (writes through slot -1)", env=TRITON_ORACLE),
+    Mutant("O02", "oracle kernels", ORACLE, "        in_block = offs < block_slots\n", "        in_block = offs < block_slots - 1\n",
+           "block copy one slot short", env=TRITON_ORACLE),
+    Mutant("O03", "oracle kernels", ORACLE, "readable = in_range & (owner == rank) & (column < width)",
+           "readable = in_range & (column < width)", "read-back that ignores which rank owns a token", env=TRITON_ORACLE),
+    Mutant("O04", "oracle kernels", ORACLE, "value = tl.load(cache_ptr + rank.to(tl.int64) * num_slots + index",
+           "value = tl.load(cache_ptr + index", "read-back from rank 0's cache on every rank", env=TRITON_ORACLE),
+)
+
+
+def by_id() -> dict[str, Mutant]:
+    return {m.id: m for m in CATALOGUE}

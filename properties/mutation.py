@@ -1,0 +1,141 @@
+"""Running one mutant: copy the installed package into a scratch folder (the
+working tree is never edited), apply the mutant, and run the ci-profile fuzzing
+against it in a subprocess whose PYTHONPATH puts the mutated copy first.
+
+The worker streams the fuzz engine's messages as JSON lines; a worker that dies
+after reporting a failure, or dies at all, has been killed by the harness too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from blocktable.properties.mutants import Mutant
+
+SUBPACKAGES = ("reference", "kernels", "properties")
+
+
+def package_dirs() -> dict[str, Path]:
+    """Where the installed package's four folders are (editable or not)."""
+    import blocktable
+    import blocktable.kernels
+    import blocktable.properties
+    import blocktable.reference
+
+    return {"blocktable": Path(blocktable.__file__).parent,
+            **{f"blocktable/{name}": Path(getattr(blocktable, name).__file__).parent for name in SUBPACKAGES}}
+
+
+def build_tree(dest: Path) -> Path:
+    """dest/blocktable laid out as an installed package. Returns dest."""
+    ignore = shutil.ignore_patterns("__pycache__", *SUBPACKAGES)
+    dirs = package_dirs()
+    shutil.copytree(dirs["blocktable"], dest / "blocktable", ignore=ignore)
+    for name in SUBPACKAGES:
+        shutil.copytree(dirs[f"blocktable/{name}"], dest / "blocktable" / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def snippet_count(mutant: Mutant, root: Path) -> int:
+    return (root / mutant.path).read_text().count(mutant.old)
+
+
+def apply(mutant: Mutant, root: Path) -> None:
+    path = root / mutant.path
+    source = path.read_text()
+    if source.count(mutant.old) != 1:
+        raise ValueError(f"mutant {mutant.id}: its snippet occurs {source.count(mutant.old)} times in "
+                         f"{mutant.path}, not once (the code changed; update the catalogue)")
+    path.write_text(source.replace(mutant.old, mutant.new))
+
+
+@dataclass
+class Verdict:
+    id: str
+    layer: str
+    imitates: str
+    killed: bool | None  # None: equivalent, not run
+    seconds_to_kill: float | None = None
+    examples_to_kill: int | None = None
+    shrunk_steps: int | None = None
+    by: str = ""  # what detected it
+    seconds: float = 0.0  # the whole run, shrinking included
+    equivalent: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto") -> Verdict:
+    verdict = Verdict(mutant.id, mutant.layer, mutant.imitates, killed=None, equivalent=mutant.equivalent)
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as scratch:
+        root = build_tree(Path(scratch) / "tree")
+        apply(mutant, root)
+        payload = {"kernel": mutant.kernel, "device": device, "examples": None, "minutes": budget / 60,
+                   "seed": seed, "profile": "ci", "out": str(Path(scratch) / "cases"),
+                   "journal": str(Path(scratch) / "journal.jsonl"), "expect_root": str(root)}
+        env = {**os.environ, "PYTHONPATH": str(root), "BLOCKTABLE_PROFILE": "ci", **mutant.env}
+        process = subprocess.Popen([sys.executable, "-m", "blocktable.properties.mutation_worker", json.dumps(payload)],
+                                   cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        messages = []
+        try:
+            out, err = process.communicate(timeout=budget + 300)  # shrinking may outlast the budget
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+        for line in out.splitlines():
+            try:
+                messages.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        where_it_died = _journal_position(Path(scratch) / "journal.jsonl")
+    verdict.seconds = time.monotonic() - start
+    result = next((m for m in reversed(messages) if m.get("type") == "result"), None)
+    last = messages[-1] if messages else {}
+    if result is not None and result["status"] == "pass":
+        verdict.killed = False
+        return verdict
+    if result is not None and result["status"] == "config-error":
+        verdict.killed, verdict.by = False, f"worker could not start: {result['message']}"
+        return verdict
+    verdict.killed = True
+    source = result or last
+    verdict.seconds_to_kill = source.get("first_failure_s")
+    verdict.examples_to_kill = source.get("examples_to_failure")
+    if result is None:
+        verdict.by = f"the worker died (exit {process.returncode}) {where_it_died}"
+        if verdict.seconds_to_kill is None:
+            verdict.seconds_to_kill = verdict.seconds
+        return verdict
+    report = result.get("report", "")
+    verdict.shrunk_steps = result.get("program_steps", 0)
+    failure = next((line for line in report.splitlines() if line.startswith("  failure")), "")
+    config = next((line for line in report.splitlines() if line.startswith("  config:")), "")
+    verdict.by = failure.split(": ", 1)[-1][:160] if failure else report[:160]
+    if result.get("kind") == "slot-call":
+        verdict.by = f"SPEC example {config.split(':')[1].strip().split()[0] if config else ''}: {verdict.by}"
+    return verdict
+
+
+def _journal_position(journal: Path) -> str:
+    """Where a dead worker was, from its crash journal."""
+    from blocktable.properties.journal import Journal
+
+    try:
+        header, steps = Journal.read(journal)
+    except (OSError, ValueError):
+        return "before its first step"
+    if header.get("kind") == "slot-call":
+        return f"during SPEC example {header['call'].get('name')}"
+    return f"during step {len(steps)} of a lockstep run" if steps else "while building a lockstep world"

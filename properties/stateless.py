@@ -1,0 +1,162 @@
+"""`blocktable fuzz --stateless`: the slot-mapping kernel alone, in large random
+batches generated on the device and checked by the vectorized reading of SPEC §4
+(properties/vectorized.py) on the device too.
+
+Each batch is one call with its own K, B, W, R, I: up to thousands of requests
+(decode-sized, chunks, long prefills), a random table with ids near 2**31-1 and
+zeros, positions contiguous or scattered and running past the row, a tail. A
+failing batch is shrunk to the smallest call that still fails (the token, then its
+request, then the batch) and saved as a slot-call case file like any other.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from blocktable.properties.case import Case, provenance
+from blocktable.properties.fuzz import Send, _setup, report_failure, slot_mismatch
+from blocktable.properties.guard import GuardedCall
+from blocktable.properties.lockstep import UNWRITTEN
+from blocktable.properties.replay import run_slot_call, slot_call
+from blocktable.properties.strategies import divisors
+from blocktable.properties.vectorized import slot_mapping_vectorized
+
+INT32_MAX = 2**31 - 1
+
+
+def random_call(rng: np.random.Generator, gen: torch.Generator, device: torch.device,
+                max_tokens: int) -> tuple[dict[str, int], torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(config, query_start_loc, positions, block_table, Tmax), big arrays made on the device."""
+    B = int(rng.choice([1, 2, 4, 8, 16, 32, 64, 128]))
+    K = B * int(rng.choice([1, 2, 3, 4]))
+    W = int(rng.choice([1, 1, 2, 4, 8]))
+    config = dict(kv_block_size=K, kernel_block_size=B, cp_world_size=W, cp_rank=int(rng.integers(W)),
+                  cp_interleave=int(rng.choice(divisors(K))))
+    shape = rng.choice(["decode", "mixed", "prefill"])
+    T_target = int(rng.integers(1, max_tokens + 1))
+    if shape == "decode":
+        lengths = np.ones(min(T_target, 4096), dtype=np.int64)
+    elif shape == "mixed":
+        lengths = rng.integers(0, 2 * max(1, T_target // 64) + 1, size=int(rng.integers(1, 257)))
+    else:
+        lengths = rng.integers(0, max(1, T_target // 4) + 1, size=int(rng.integers(1, 9)))
+    N = len(lengths)
+    qsl = np.zeros(N + 1, dtype=np.int64)
+    qsl[1:] = np.cumsum(lengths)
+    T = int(qsl[-1])
+    width = int(rng.integers(1, 257))
+    rows = N + int(rng.integers(0, 4))
+    table = torch.randint(0, 4096, (rows, width), generator=gen, device=device, dtype=torch.int64)
+    high = torch.rand((rows, width), generator=gen, device=device) < 0.3
+    table = torch.where(high, INT32_MAX - table, table)  # ids near 2**31-1: the int64 rule
+    table = torch.where(torch.rand((rows, width), generator=gen, device=device) < 0.05, 0, table).to(torch.int32)
+    qsl_t = torch.from_numpy(qsl.astype(np.int32)).to(device)
+    if T:
+        request = torch.repeat_interleave(torch.arange(N, device=device), torch.from_numpy(lengths).to(device))
+        offset = torch.arange(T, device=device) - qsl_t[:-1].long()[request]
+        reach = (width // (K // B) + 2) * K * W + 1  # up to two virtual blocks past the row
+        start = torch.randint(0, reach, (N,), generator=gen, device=device)
+        scattered = torch.rand(N, generator=gen, device=device) < 0.3
+        random_pos = torch.randint(0, reach, (T,), generator=gen, device=device)
+        positions = torch.where(scattered[request], random_pos, start[request] + offset)
+    else:
+        positions = torch.zeros(0, dtype=torch.int64, device=device)
+    tmax = T + int(rng.choice([0, 1, 7, 64]))
+    return config, qsl_t, positions.contiguous(), table, tmax
+
+
+def run_guarded(kernel: Any, config: dict[str, int], qsl: torch.Tensor, positions: torch.Tensor,
+                table: torch.Tensor, tmax: int) -> torch.Tensor:
+    call = GuardedCall(table.shape[0], table.shape[1], qsl.numel() - 1, positions.numel(), tmax, positions.device)
+    out = call.out.load(torch.full((tmax,), UNWRITTEN, dtype=torch.int64, device=positions.device))
+    kernel(call.qsl.load(qsl), call.positions.load(positions), call.table.load(table), out, **config)
+    call.check()
+    return out
+
+
+def shrink(kernel: Any, backend: Any, config: dict[str, int], qsl: torch.Tensor, positions: torch.Tensor,
+           table: torch.Tensor, tmax: int, token: int) -> dict[str, Any]:
+    """The smallest of: the failing token alone, its request alone, the whole batch,
+    that still fails through run_slot_call."""
+    qsl_np, pos_np, table_np = qsl.cpu().numpy(), positions.cpu().numpy(), table.cpu().numpy()
+    T = len(pos_np)
+    candidates = []
+    if token >= T:  # the tail: no requests at all
+        candidates.append(slot_call("stateless-tail", config, np.zeros(1, np.int32), np.zeros(0, np.int64),
+                                    table_np[:1], 2))
+    else:
+        r = int(np.searchsorted(qsl_np, token, side="right")) - 1
+        first, last = int(qsl_np[r]), int(qsl_np[r + 1])
+        one = pos_np[token:token + 1].copy()
+        whole = pos_np[first:last].copy()
+        # Alone in row 0, then at its own request index behind empty requests (some
+        # bugs depend on which request or row it is).
+        behind = np.zeros(r + 2, np.int32)
+        candidates += [
+            slot_call("stateless-token", config, np.array([0, 1], np.int32), one, table_np[r:r + 1], 2),
+            slot_call("stateless-token-in-place", config, np.append(behind[:-1], 1).astype(np.int32), one,
+                      table_np[:r + 1], 2),
+            slot_call("stateless-request", config, np.array([0, last - first], np.int32), whole,
+                      table_np[r:r + 1], last - first + 1),
+            slot_call("stateless-request-in-place", config, np.append(behind[:-1], last - first).astype(np.int32),
+                      whole, table_np[:r + 1], last - first + 1),
+        ]
+    candidates.append(slot_call("stateless-batch", config, qsl_np, pos_np, table_np, tmax))
+    for call in candidates:
+        if not run_slot_call(call, kernel, backend).passed:
+            return call
+    return candidates[-1]
+
+
+def stateless_child(payload: dict[str, Any], send: Send) -> None:
+    ready = _setup(payload, send)
+    if ready is None:
+        return
+    backend, kernel = ready
+    device = backend.device
+    rng = np.random.default_rng(payload["seed"])
+    gen = torch.Generator(device=device)
+    gen.manual_seed(payload["seed"])
+    max_tokens = 4096 if backend.interpreted else 1 << 20
+    start = time.monotonic()
+    deadline = start + 60 * payload["minutes"] if payload.get("minutes") else None
+    batches = payload.get("examples") or 100
+    stats = {"batches": 0, "tokens": 0}
+    last_sent = 0.0
+    while (deadline is None and stats["batches"] < batches) or (deadline is not None and time.monotonic() < deadline):
+        config, qsl, positions, table, tmax = random_call(rng, gen, device, max_tokens)
+        expected = slot_mapping_vectorized(qsl, positions, table, tmax, **config)
+        try:
+            actual = run_guarded(kernel, config, qsl, positions, table, tmax)
+            failed = not torch.equal(actual, expected)
+        except Exception:  # the kernel raised, or wrote outside its output
+            failed, actual = True, None
+        if failed:
+            token = int(torch.nonzero(actual != expected)[0, 0]) if actual is not None else 0
+            call = shrink(kernel, backend, config, qsl, positions, table, tmax, token)
+            outcome = run_slot_call(call, kernel, backend)
+            case = Case("slot-call", payload["kernel"], {}, call=call,
+                        provenance=provenance(backend.describe(), seed=payload["seed"], mode="stateless"))
+            case.failure = {"what": getattr(outcome.error, "what", "slot mapping"), "message": str(outcome.error)}
+            path = case.save(Path(payload["out"]))
+            send({"type": "result", "status": "fail", "case": str(path), "kind": "slot-call",
+                  "report": report_failure(case, outcome, backend, path), "first": slot_mismatch(outcome.error),
+                  "step": None, "device": backend.describe(), **stats, "elapsed": time.monotonic() - start})
+            return
+        stats["batches"] += 1
+        stats["tokens"] += tmax
+        now = time.monotonic()
+        if now - last_sent > 0.25:
+            last_sent = now
+            send({"type": "progress", **stats, "elapsed": now - start,
+                  "examples": stats["batches"]})
+    if not backend.interpreted:
+        torch.cuda.synchronize()
+    elapsed = time.monotonic() - start
+    send({"type": "result", "status": "pass", "device": backend.describe(), **stats, "elapsed": elapsed,
+          "examples": stats["batches"], "tokens_per_s": stats["tokens"] / max(elapsed, 1e-9)})
