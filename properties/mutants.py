@@ -47,8 +47,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("K03", "kernel", SLOTS, "block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)",
            "block = tl.load(row_ptr + col, mask=keep, other=0)",
            "int32 product of block id and block size: ids near 2**31-1 wrap negative"),
-    Mutant("K04", "kernel", SLOTS, "table_ptr + req.to(tl.int64) * table_stride", "table_ptr + req * table_stride",
-           "row offset computed in int32",
+    Mutant("K04", "kernel", SLOTS, "row_ptr = table_ptr + req.to(tl.int64) * table_stride",
+           "row_ptr = table_ptr + req * table_stride",
+           "row offset computed in int32", kernel="triton-per-request",
            equivalent="wraps only once rows * stride >= 2**31 (a table of 8 GiB or more), far beyond any table "
                       "the harness builds; the int64 cast is kept for production sizes"),
     Mutant("K05", "kernel", SLOTS, "keep = local & (col < width)", "keep = col < width",
