@@ -90,6 +90,14 @@ class DeviceCache:
             bad = int(index[outside][0]) + self.slot_base
             raise ValueError(f"write: slot {bad} lies outside the cache [{self.slot_base}, "
                              f"{self.slot_base + self.num_slots})")
+        # Two tokens of one call in one slot would race on a GPU (the interpreter and
+        # the model write in order, a GPU does not): refuse, as a correct step never does it.
+        keyed = (torch.arange(self.ranks, device=used.device)[:, None] * self.num_slots + used - self.slot_base)[used >= 0]
+        unique, counts = torch.unique(keyed, return_counts=True)
+        if bool((counts > 1).any()):
+            bad = int(unique[counts > 1][0])
+            raise ValueError(f"write: slot {bad % self.num_slots + self.slot_base} of rank {bad // self.num_slots} "
+                             f"is written by more than one token in one call")
         if T and self.engine == "torch":
             keep = used >= 0
             rank = torch.arange(self.ranks, device=used.device)[:, None].expand(-1, T)

@@ -14,7 +14,15 @@ import torch
 from blocktable.checks import check_config, check_slot_inputs
 from blocktable.device import current
 
-TOKENS_PER_TILE = 1024  # vLLM's tile; the interpreter also likes few, wide programs
+TOKENS_PER_TILE = 1024  # vLLM's tile, kept by the per-request baseline
+
+
+def tiled_launch(backend) -> tuple[int, int]:
+    """(tokens per program, warps) of the tiled kernel. On the GPU, 256 tokens and 8
+    warps (one token per thread) won a sweep over 256..4096 x 2..8 warps on an H200
+    (docs/benchmarks.md); the interpreter runs one program at a time as numpy, so
+    there fewer, wider programs cost less."""
+    return (1024, 4) if backend.interpreted else (256, 8)
 
 
 def slot_mapping_per_request(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
@@ -43,7 +51,8 @@ def slot_mapping_tiled(query_start_loc: torch.Tensor, positions: torch.Tensor, b
         return
     from blocktable.kernels.slot_mapping import slot_mapping_tiled as kernel
 
-    kernel[(-(-Tmax // TOKENS_PER_TILE),)](
+    tile, warps = tiled_launch(backend)
+    kernel[(-(-Tmax // tile),)](
         query_start_loc, positions, block_table, block_table.stride(0), slot_mapping,
         N, T, Tmax, block_table.shape[1], kv_block_size, kernel_block_size, cp_world_size, cp_rank,
-        cp_interleave, SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=TOKENS_PER_TILE)
+        cp_interleave, SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=tile, num_warps=warps)

@@ -19,7 +19,7 @@ POISON = tl.constexpr(POISON_VALUE)
 OUT_OF_CACHE = tl.constexpr(OUT_OF_CACHE_VALUE)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["slot_stride", "num_slots", "num_tokens", "slot_base"])
 def write_values(slot_ptr, slot_stride, value_ptr, cache_ptr, num_slots, num_tokens, slot_base,
                  BLOCK: tl.constexpr):
     """cache[rank, slot[rank, t] - slot_base] = value[t] wherever slot >= 0."""
@@ -31,7 +31,7 @@ def write_values(slot_ptr, slot_stride, value_ptr, cache_ptr, num_slots, num_tok
     tl.store(cache_ptr + rank * num_slots + (slot - slot_base), value, mask=in_range & (slot >= 0))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_slots", "block_slots", "slot_base"])
 def copy_blocks(src_ptr, dst_ptr, cache_ptr, num_slots, block_slots, slot_base, BLOCK: tl.constexpr):
     """Block src's slots over block dst's, one program per (pair, rank)."""
     pair = tl.program_id(0)
@@ -45,7 +45,7 @@ def copy_blocks(src_ptr, dst_ptr, cache_ptr, num_slots, block_slots, slot_base, 
         tl.store(cache_ptr + dst + offs, v, mask=in_block)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["table_stride", "width", "num_reads", "slot_base", "num_slots", "K", "B", "W", "I"])
 def gather(table_ptr, table_stride, width, row_ptr, pos_ptr, cache_ptr, out_ptr, num_reads, slot_base,
            num_slots, K, B, W, I, BLOCK: tl.constexpr):
     """out[rank, i] = the value rank holds for position pos[i] of table row row[i],

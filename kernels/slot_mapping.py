@@ -3,12 +3,18 @@ is not this rank's or its table column lies past the row, and -1 over the tail.
 
 `slot_mapping_per_request` is the simple design vLLM ships (one program per request
 looping over token tiles, one extra program for the tail): the baseline.
-`slot_mapping_tiled` is a grid over token tiles, the default. All index arithmetic is int64: positions are int64, and block
-ids are widened before the multiply so that ids up to 2**31-1 times B cannot wrap.
+`slot_mapping_tiled` is a grid over token tiles, the default.
+
+Positions are int64, and block ids are widened before the multiply so that ids up
+to 2**31-1 times B cannot wrap. Inside a virtual block (K * W tokens) offsets fit
+in int32, where division is far cheaper than in int64. Integer arguments are not
+specialized: fuzzing draws many configurations, and each specialization compiles.
 """
 
 import triton
 import triton.language as tl
+
+RUNTIME_INTS = ["table_stride", "num_reqs", "num_tokens", "max_num_tokens", "width", "K", "B", "W", "R", "I"]
 
 
 @triton.jit
@@ -18,7 +24,7 @@ def token_slots(p, row_ptr, width, K, B, W, R, I):
     P = K // B
     vb = K * W  # one virtual block: K tokens on each of W ranks
     vbi = p // vb
-    vbo = p - vbi * vb
+    vbo = (p - vbi * vb).to(tl.int32)
     local = ((vbo // I) % W) == R  # ownership in allocation-block coordinates
     lofs = (vbo // (W * I)) * I + vbo % I  # offset inside this rank's K slots
     col = vbi * P + lofs // B
@@ -27,7 +33,7 @@ def token_slots(p, row_ptr, width, K, B, W, R, I):
     return block * B + lofs % B, keep
 
 
-@triton.jit
+@triton.jit(do_not_specialize=[n for n in RUNTIME_INTS if n != "num_reqs"])
 def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
                              num_tokens, max_num_tokens, width, K, B, W, R, I,
                              BLOCK: tl.constexpr):
@@ -49,24 +55,38 @@ def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
             tl.store(out_ptr + offs, tl.where(keep, slot, -1), mask=in_req)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUNTIME_INTS)
 def slot_mapping_tiled(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
                        num_reqs, num_tokens, max_num_tokens, width, K, B, W, R, I,
                        SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
     """A grid over token tiles: each program maps BLOCK consecutive output slots,
-    tail included, so one long prefill spreads over many SMs. A token finds its
-    request by a branchless binary search over query_start_loc (the last r with
-    qsl[r] <= t); SEARCH_STEPS = ceil(log2(N)) halvings reach it."""
-    t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tail included, so one long prefill spreads over many SMs.
+
+    A token's request is the last r with qsl[r] <= t. Two scalar binary searches
+    (SEARCH_STEPS = ceil(log2(N)) halvings, branch-free) find the requests of the
+    tile's first and last tokens; every token's request lies between them, so a
+    tile inside one request (a prefill) needs no per-token search at all, and a
+    decode tile searches only its own window."""
+    first = tl.program_id(0).to(tl.int64) * BLOCK
+    t = first + tl.arange(0, BLOCK)
     is_token = t < num_tokens
-    req = tl.zeros([BLOCK], dtype=tl.int32)
+    last = tl.minimum(first + BLOCK, num_tokens) - 1
+    lo = num_reqs * 0
+    hi = num_reqs * 0
     size = num_reqs
     for _ in tl.static_range(SEARCH_STEPS):
         half = size // 2
-        mid = req + half
-        start = tl.load(qsl_ptr + mid, mask=is_token, other=0)
-        req = tl.where(start <= t, mid, req)
+        lo = tl.where(tl.load(qsl_ptr + lo + half) <= first, lo + half, lo)
+        hi = tl.where(tl.load(qsl_ptr + hi + half) <= last, hi + half, hi)
         size -= half  # the window may stay one wider than needed; it still holds the answer
+    req = tl.zeros([BLOCK], dtype=tl.int32) + lo
+    size = hi - lo + 1
+    for _ in tl.static_range(SEARCH_STEPS):
+        if size > 1:
+            half = size // 2
+            start = tl.load(qsl_ptr + req + half, mask=is_token, other=0)
+            req = tl.where(start <= t, req + half, req)
+            size -= half
     p = tl.load(pos_ptr + t, mask=is_token, other=0)
     slot, keep = token_slots(p, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
     tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)

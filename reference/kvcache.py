@@ -32,7 +32,12 @@ class PagedCache:
         return i
 
     def write(self, slot_mapping: np.ndarray, values: np.ndarray) -> None:
-        """For each token t < len(values): slot s = slot_mapping[t]; skip s < 0."""
+        """For each token t < len(values): slot s = slot_mapping[t]; skip s < 0. Two
+        tokens may not share a slot in one call (on a device their writes race)."""
+        used = [int(s) for s in slot_mapping[:len(values)] if s >= 0]
+        if len(used) != len(set(used)):
+            twice = next(s for s in used if used.count(s) > 1)
+            raise ValueError(f"write: slot {twice} is written by more than one token in one call")
         for t in range(len(values)):
             s = int(slot_mapping[t])
             if s >= 0:

@@ -36,9 +36,21 @@ def test_write_copy_gather_match_the_model_on_every_rank(backend, engine, case, 
     values = np.arange(1, case.num_tokens + 1, dtype=np.int64) * 1000 + 7
     models = [PagedCache(num_slots) for _ in range(W)]
     dev = DeviceCache(num_slots, ranks=W, backend=backend, engine=engine)
+    stacked = torch.from_numpy(np.stack(maps)).to(d)
+    twice = [len(set(m[m >= 0].tolist())) < int((m >= 0).sum()) for m in maps]
+    if any(twice):
+        # Two tokens in one slot: both sides refuse (a GPU would race), nothing written.
+        for model, m, dup in zip(models, maps, twice):
+            if dup:
+                with pytest.raises(ValueError, match="written by more than one token"):
+                    model.write(m, values)
+        with pytest.raises(ValueError, match="written by more than one token"):
+            dev.write(stacked, torch.from_numpy(values).to(d))
+        assert (dev.values() == POISON).all()
+        return
     for model, m in zip(models, maps):
         model.write(m, values)
-    dev.write(torch.from_numpy(np.stack(maps)).to(d), torch.from_numpy(values).to(d))
+    dev.write(stacked, torch.from_numpy(values).to(d))
     assert np.array_equal(dev.values(), np.stack([m.data for m in models]))
 
     sources = data.draw(st.lists(st.integers(0, 3), max_size=3), label="sources")
