@@ -41,14 +41,22 @@ class Guarded:
         self.pristine = self.buffer.clone()
         return self.view
 
-    def check(self, what: str, kernel_may_write_view: bool) -> None:
-        """The guards are untouched (and the view too, for an input)."""
+    def _changed(self, kernel_may_write_view: bool) -> torch.Tensor:
         assert self.pristine is not None
         changed = self.buffer != self.pristine
         if kernel_may_write_view:
             index = tuple(slice(p if self.lead else 0, (p if self.lead else 0) + n)
                           for n, p in zip(self.view.shape, self.pad))
             changed[index] = False
+        return changed
+
+    def touched(self, kernel_may_write_view: bool) -> torch.Tensor:
+        """A 0-d bool tensor (no device sync): did anything change that must not?"""
+        return self._changed(kernel_may_write_view).any()
+
+    def check(self, what: str, kernel_may_write_view: bool) -> None:
+        """The guards are untouched (and the view too, for an input)."""
+        changed = self._changed(kernel_may_write_view)
         if bool(changed.any()):
             where = [int(i) for i in torch.nonzero(changed)[0]]
             place = "outside" if kernel_may_write_view else "into"
@@ -67,7 +75,10 @@ class GuardedCall:
         self.out = Guarded((max_tokens,), (GUARD_TOKENS,), torch.int64, GUARD_SLOT, device)
 
     def check(self) -> None:
-        self.table.check("block_table", kernel_may_write_view=False)
-        self.qsl.check("query_start_loc", kernel_may_write_view=False)
-        self.positions.check("positions", kernel_may_write_view=False)
-        self.out.check("slot_mapping", kernel_may_write_view=True)
+        parts = [(self.table, "block_table", False), (self.qsl, "query_start_loc", False),
+                 (self.positions, "positions", False), (self.out, "slot_mapping", True)]
+        # One device sync for the common case (nothing touched); the detail only on failure.
+        touched = torch.stack([g.touched(may_write) for g, _, may_write in parts])
+        if bool(touched.any()):
+            for guarded, what, may_write in parts:
+                guarded.check(what, kernel_may_write_view=may_write)

@@ -35,7 +35,8 @@ from blocktable.properties.compare import (Discrepancy, assert_arrays_equal, ass
 from blocktable.properties.guard import GuardedCall
 from blocktable.properties.world import WorldConfig
 from blocktable.reference import (BlockPool as ReferencePool, History, MultiGroupBlockTable as ReferenceGroups,
-                                  SequenceBlocks as ReferenceSequences, slot_mapping as reference_slot_mapping)
+                                  SequenceBlocks as ReferenceSequences,
+                                  slot_mappings_all_ranks as reference_slot_mappings)
 from blocktable.sequence import SequenceBlocks
 from blocktable.table import BlockTable
 
@@ -441,8 +442,9 @@ class Lockstep:
             outs.append(out_view.clone())
         out = torch.stack(outs)
         actual = out.cpu().numpy()
+        every_rank = reference_slot_mappings(qsl, positions, self.ref_tables[g].device, Tmax, **kw)
         for R in range(W):
-            expected = reference_slot_mapping(qsl, positions, self.ref_tables[g].device, Tmax, cp_rank=R, **kw)
+            expected = every_rank[R]
             check_slot_mapping(f"group {g} rank {R} slot mapping", expected, actual[R], group=g, rank=R,
                                config=dict(cp_rank=R, **kw), query_start_loc=qsl, positions=positions,
                                table=self.ref_tables[g].device.copy(), requests=self.rows[:N])

@@ -15,7 +15,7 @@ from blocktable.reference.layout import (
 )
 from blocktable.reference.row import BlockTable
 from blocktable.reference.groups import MultiGroupBlockTable
-from blocktable.reference.slot import owner_rank, slot_mapping, slot_of_position
+from blocktable.reference.slot import owner_rank, slot_mapping, slot_mappings_all_ranks, slot_of_position
 from blocktable.reference.pool import BlockPool, InvariantError
 from blocktable.reference.sequence import SequenceBlocks
 from blocktable.reference.history import History
@@ -37,5 +37,6 @@ __all__ = [
     "owner_rank",
     "row_width",
     "slot_mapping",
+    "slot_mappings_all_ranks",
     "slot_of_position",
 ]

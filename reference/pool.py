@@ -106,30 +106,44 @@ class BlockPool:
         not checked on its own: once no block is queued twice, it says exactly what
         "queued iff ref is 0" says for every block, and that check names the block.
         """
-        holders = [0] * self.num_blocks
+        holders = np.zeros(self.num_blocks, dtype=np.int64)
         for table in tables:
-            for b in set(table):
-                if not 0 <= b < self.num_blocks:
-                    raise InvariantError("id-range", b, f"a live table holds block {b}, outside the pool")
-                holders[b] += 1
-        queued = [0] * self.num_blocks
-        for b in self.free_queue:
-            if not 0 <= b < self.num_blocks:
-                raise InvariantError("id-range", b, f"the free queue holds block {b}, outside the pool")
-            queued[b] += 1
-        if self.null_block:
-            if queued[0] or self.ref[0] or holders[0]:
-                raise InvariantError("null-block", 0,
-                                     f"block 0 is the null block but has ref {self.ref[0]}, "
-                                     f"is queued {queued[0]} times and held by {holders[0]} tables")
+            ids = np.unique(np.asarray(list(table), dtype=np.int64))
+            outside = (ids < 0) | (ids >= self.num_blocks)
+            if outside.any():
+                b = int(ids[outside][0])
+                raise InvariantError("id-range", b, f"a live table holds block {b}, outside the pool")
+            holders[ids] += 1
+        queue = np.asarray(self.free_queue, dtype=np.int64)
+        outside = (queue < 0) | (queue >= self.num_blocks)
+        if outside.any():
+            b = int(queue[outside][0])
+            raise InvariantError("id-range", b, f"the free queue holds block {b}, outside the pool")
+        queued = np.bincount(queue, minlength=self.num_blocks)
+        ref = np.asarray(self.ref, dtype=np.int64)
+        if self.null_block and (queued[0] or ref[0] or holders[0]):
+            raise InvariantError("null-block", 0,
+                                 f"block 0 is the null block but has ref {ref[0]}, "
+                                 f"is queued {queued[0]} times and held by {holders[0]} tables")
         first = 1 if self.null_block else 0
-        for b in range(first, self.num_blocks):
-            if queued[b] > 1:
-                raise InvariantError("queued-once", b, f"block {b} is in the free queue {queued[b]} times")
-            if (queued[b] == 1) != (self.ref[b] == 0):
-                raise InvariantError("queued-iff-free", b,
-                                     f"block {b} has ref {self.ref[b]} but is "
-                                     f"{'in' if queued[b] else 'not in'} the free queue")
-            if self.ref[b] != holders[b]:
-                raise InvariantError("ref-equals-holders", b,
-                                     f"block {b} has ref {self.ref[b]} but {holders[b]} live tables hold it")
+        # The three per-block invariants, each as a boolean per block; the first
+        # block that breaks any of them is reported, with the first one it breaks.
+        broken = {
+            "queued-once": queued > 1,
+            "queued-iff-free": (queued == 1) != (ref == 0),
+            "ref-equals-holders": ref != holders,
+        }
+        for mask in broken.values():
+            mask[:first] = False
+        bad = np.flatnonzero(np.logical_or.reduce(list(broken.values())))
+        if not len(bad):
+            return
+        b = int(bad[0])
+        if broken["queued-once"][b]:
+            raise InvariantError("queued-once", b, f"block {b} is in the free queue {queued[b]} times")
+        if broken["queued-iff-free"][b]:
+            raise InvariantError("queued-iff-free", b,
+                                 f"block {b} has ref {ref[b]} but is "
+                                 f"{'in' if queued[b] else 'not in'} the free queue")
+        raise InvariantError("ref-equals-holders", b,
+                             f"block {b} has ref {ref[b]} but {holders[b]} live tables hold it")

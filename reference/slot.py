@@ -111,3 +111,22 @@ def slot_mapping(query_start_loc: np.ndarray, positions: np.ndarray, block_table
                 kernel_block_size=kernel_block_size, cp_world_size=cp_world_size,
                 cp_rank=cp_rank, cp_interleave=cp_interleave)
     return out
+
+
+def slot_mappings_all_ranks(query_start_loc: np.ndarray, positions: np.ndarray, block_table: np.ndarray,
+                            max_num_tokens: int, *, kv_block_size: int, kernel_block_size: int,
+                            cp_world_size: int = 1, cp_interleave: int = 1) -> np.ndarray:
+    """int64[W, max_num_tokens]: `slot_mapping` for every rank R at once. A token is
+    local on exactly one rank, its owner (SPEC §4's `local` test is owner == R), so
+    one pass fills the owner's slot and leaves -1 on every other rank."""
+    W = cp_world_size
+    check_dcp(kv_block_size, kernel_block_size, W, 0, cp_interleave)
+    check_inputs(query_start_loc, positions, block_table, max_num_tokens)
+    out = np.full((W, max_num_tokens), PAD_SLOT_ID, dtype=np.int64)
+    for r in range(len(query_start_loc) - 1):
+        for t in range(int(query_start_loc[r]), int(query_start_loc[r + 1])):
+            owner = owner_rank(int(positions[t]), kv_block_size, W, cp_interleave)
+            out[owner, t] = slot_of_position(
+                positions[t], block_table[r], kv_block_size=kv_block_size, kernel_block_size=kernel_block_size,
+                cp_world_size=W, cp_rank=owner, cp_interleave=cp_interleave)
+    return out

@@ -64,3 +64,20 @@ def test_bad_input_is_rejected(mutate, error, match):
 def test_bad_configuration_is_rejected(kwargs, error, match):
     with pytest.raises(error, match=match):
         slot_mapping(*_inputs(), 4, **kwargs)
+
+
+def test_all_ranks_at_once_equals_rank_by_rank():
+    """slot_mappings_all_ranks is slot_mapping for each rank, in one pass."""
+    from blocktable.reference import slot_mappings_all_ranks
+
+    rng = np.random.default_rng(3)
+    for K, B, W, I in [(16, 16, 1, 1), (128, 64, 2, 128), (32, 16, 4, 8), (12, 4, 8, 3)]:
+        qsl = np.array([0, 5, 5, 40], np.int32)
+        positions = rng.integers(0, 6 * K * W, size=40).astype(np.int64)
+        table = rng.integers(0, 2**31 - 1, size=(4, 7), dtype=np.int64).astype(np.int32)
+        every = slot_mappings_all_ranks(qsl, positions, table, 44, kv_block_size=K, kernel_block_size=B,
+                                        cp_world_size=W, cp_interleave=I)
+        for R in range(W):
+            one = slot_mapping(qsl, positions, table, 44, kv_block_size=K, kernel_block_size=B, cp_world_size=W,
+                               cp_rank=R, cp_interleave=I)
+            assert np.array_equal(every[R], one), (K, B, W, I, R)
