@@ -49,24 +49,6 @@ def flat(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_token
     tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)
 
 
-@triton.jit
-def fastpath(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
-             K, B, W, R, I, SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
-    first = tl.program_id(0).to(tl.int64) * BLOCK
-    t = first + tl.arange(0, BLOCK)
-    is_token = t < num_tokens
-    req = tl.zeros([BLOCK], dtype=tl.int32)
-    size = num_reqs
-    for _ in tl.static_range(SEARCH_STEPS):  # every token, as in `flat`...
-        half = size // 2
-        start = tl.load(qsl_ptr + req + half, mask=is_token, other=0)
-        req = tl.where(start <= t, req + half, req)
-        size -= half
-    p = tl.load(pos_ptr + t, mask=is_token, other=0)
-    slot, keep = token_slots(p, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
-    tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)
-
-
 SHAPES = [("decode-256", 256, 1), ("decode-1024", 1024, 1), ("mixed-64x128", 64, 128), ("prefill-1x16384", 1, 16384),
           ("prefill-8x2048", 8, 2048), ("256x4096", 256, 4096), ("64x65536", 64, 65536)]
 VARIANTS = [("window", window, {}), ("flat32", flat, {"INT32": True}), ("flat64", flat, {"INT32": False})]
