@@ -39,7 +39,13 @@ def builtin_kernels() -> dict[str, Callable[[], SlotMappingFn]]:
 
         return slot_mapping_tiled
 
-    return {"triton": tiled, "triton-tiled": tiled, "triton-per-request": per_request}
+    def specialized() -> SlotMappingFn:
+        from blocktable.slots import slot_mapping_tiled_specialized
+
+        return slot_mapping_tiled_specialized
+
+    return {"triton": tiled, "triton-tiled": tiled, "triton-specialized": specialized,
+            "triton-per-request": per_request}
 
 
 class PluginError(ValueError):

@@ -17,12 +17,14 @@ from blocktable.device import current
 TOKENS_PER_TILE = 1024  # vLLM's tile, kept by the per-request baseline
 
 
-def tiled_launch(backend) -> tuple[int, int]:
-    """(tokens per program, warps) of the tiled kernel. On the GPU, 256 tokens and 8
-    warps (one token per thread) won a sweep over 256..4096 x 2..8 warps on an H200
-    (docs/benchmarks.md); the interpreter runs one program at a time as numpy, so
-    there fewer, wider programs cost less."""
-    return (1024, 4) if backend.interpreted else (256, 8)
+def tiled_launch(backend, max_num_tokens: int) -> tuple[int, int]:
+    """(tokens per program, warps) of the tiled kernels, from a sweep on an H200
+    (docs/benchmarks.md): 256 tokens a program throughout, 8 warps up to 64K tokens
+    (latency-bound launches), 4 above (throughput-bound). The interpreter runs one
+    program at a time as numpy, so there fewer, wider programs cost less."""
+    if backend.interpreted:
+        return 1024, 4
+    return (256, 8) if max_num_tokens <= 65536 else (256, 4)
 
 
 def slot_mapping_per_request(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
@@ -39,20 +41,37 @@ def slot_mapping_per_request(query_start_loc: torch.Tensor, positions: torch.Ten
                      cp_world_size, cp_rank, cp_interleave, BLOCK=TOKENS_PER_TILE)
 
 
-def slot_mapping_tiled(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
-                       slot_mapping: torch.Tensor, *, kv_block_size: int, kernel_block_size: int,
-                       cp_world_size: int = 1, cp_rank: int = 0, cp_interleave: int = 1) -> None:
-    """A grid over token tiles of the whole [Tmax] output; each token finds its request
-    by binary search over query_start_loc."""
+def _tiled(kernel_name: str, query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
+           slot_mapping: torch.Tensor, kv_block_size: int, kernel_block_size: int, cp_world_size: int,
+           cp_rank: int, cp_interleave: int) -> None:
     backend = current()
     check_config(kv_block_size, kernel_block_size, cp_world_size, cp_rank, cp_interleave)
     N, T, Tmax = check_slot_inputs(query_start_loc, positions, block_table, slot_mapping, backend)
     if Tmax == 0:
         return
-    from blocktable.kernels.slot_mapping import slot_mapping_tiled as kernel
+    from blocktable.kernels import slot_mapping as kernels
 
-    tile, warps = tiled_launch(backend)
-    kernel[(-(-Tmax // tile),)](
+    tile, warps = tiled_launch(backend, Tmax)
+    getattr(kernels, kernel_name)[(-(-Tmax // tile),)](
         query_start_loc, positions, block_table, block_table.stride(0), slot_mapping,
         N, T, Tmax, block_table.shape[1], kv_block_size, kernel_block_size, cp_world_size, cp_rank,
         cp_interleave, SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=tile, num_warps=warps)
+
+
+def slot_mapping_tiled(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
+                       slot_mapping: torch.Tensor, *, kv_block_size: int, kernel_block_size: int,
+                       cp_world_size: int = 1, cp_rank: int = 0, cp_interleave: int = 1) -> None:
+    """A grid over token tiles of the whole [Tmax] output; each token finds its request
+    by binary search over query_start_loc. One compilation for every configuration."""
+    _tiled("slot_mapping_tiled", query_start_loc, positions, block_table, slot_mapping, kv_block_size,
+           kernel_block_size, cp_world_size, cp_rank, cp_interleave)
+
+
+def slot_mapping_tiled_specialized(query_start_loc: torch.Tensor, positions: torch.Tensor,
+                                   block_table: torch.Tensor, slot_mapping: torch.Tensor, *, kv_block_size: int,
+                                   kernel_block_size: int, cp_world_size: int = 1, cp_rank: int = 0,
+                                   cp_interleave: int = 1) -> None:
+    """The tiled kernel compiled for this K, B, W and I (a serving engine's fixed
+    sizes): faster, at one compilation per configuration."""
+    _tiled("slot_mapping_tiled_specialized", query_start_loc, positions, block_table, slot_mapping, kv_block_size,
+           kernel_block_size, cp_world_size, cp_rank, cp_interleave)

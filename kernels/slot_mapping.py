@@ -3,7 +3,8 @@ is not this rank's or its table column lies past the row, and -1 over the tail.
 
 `slot_mapping_per_request` is the simple design vLLM ships (one program per request
 looping over token tiles, one extra program for the tail): the baseline.
-`slot_mapping_tiled` is a grid over token tiles, the default.
+`slot_mapping_tiled` is a grid over token tiles, the default;
+`slot_mapping_tiled_specialized` compiles K, B, W and I in.
 
 Positions are int64, and block ids are widened before the multiply so that ids up
 to 2**31-1 times B cannot wrap. Inside a virtual block (K * W tokens) offsets fit
@@ -55,38 +56,45 @@ def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
             tl.store(out_ptr + offs, tl.where(keep, slot, -1), mask=in_req)
 
 
+@triton.jit
+def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
+               K, B, W, R, I, SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    """Map BLOCK consecutive output slots, tail included. A token's request is the
+    last r with qsl[r] <= t, found by a branch-free binary search over
+    query_start_loc (SEARCH_STEPS = ceil(log2(N)) halvings). Measured against
+    bounding the search per tile first (two scalar searches): slower on long
+    prefills, where the chain of dependent scalar loads delays every program."""
+    t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    is_token = t < num_tokens
+    req = tl.zeros([BLOCK], dtype=tl.int32)
+    size = num_reqs
+    for _ in tl.static_range(SEARCH_STEPS):
+        half = size // 2
+        start = tl.load(qsl_ptr + req + half, mask=is_token, other=0)
+        req = tl.where(start <= t, req + half, req)
+        size -= half  # the window may stay one wider than needed; it still holds the answer
+    p = tl.load(pos_ptr + t, mask=is_token, other=0)
+    slot, keep = token_slots(p, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
+    tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)
+
+
 @triton.jit(do_not_specialize=RUNTIME_INTS)
 def slot_mapping_tiled(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
                        num_reqs, num_tokens, max_num_tokens, width, K, B, W, R, I,
                        SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
-    """A grid over token tiles: each program maps BLOCK consecutive output slots,
-    tail included, so one long prefill spreads over many SMs.
+    """A grid over token tiles, so one long prefill spreads over many SMs; every
+    size is a run-time argument (one compilation serves every configuration)."""
+    tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
+               K, B, W, R, I, SEARCH_STEPS, BLOCK)
 
-    A token's request is the last r with qsl[r] <= t. Two scalar binary searches
-    (SEARCH_STEPS = ceil(log2(N)) halvings, branch-free) find the requests of the
-    tile's first and last tokens; every token's request lies between them, so a
-    tile inside one request (a prefill) needs no per-token search at all, and a
-    decode tile searches only its own window."""
-    first = tl.program_id(0).to(tl.int64) * BLOCK
-    t = first + tl.arange(0, BLOCK)
-    is_token = t < num_tokens
-    last = tl.minimum(first + BLOCK, num_tokens) - 1
-    lo = num_reqs * 0
-    hi = num_reqs * 0
-    size = num_reqs
-    for _ in tl.static_range(SEARCH_STEPS):
-        half = size // 2
-        lo = tl.where(tl.load(qsl_ptr + lo + half) <= first, lo + half, lo)
-        hi = tl.where(tl.load(qsl_ptr + hi + half) <= last, hi + half, hi)
-        size -= half  # the window may stay one wider than needed; it still holds the answer
-    req = tl.zeros([BLOCK], dtype=tl.int32) + lo
-    size = hi - lo + 1
-    for _ in tl.static_range(SEARCH_STEPS):
-        if size > 1:
-            half = size // 2
-            start = tl.load(qsl_ptr + req + half, mask=is_token, other=0)
-            req = tl.where(start <= t, req + half, req)
-            size -= half
-    p = tl.load(pos_ptr + t, mask=is_token, other=0)
-    slot, keep = token_slots(p, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
-    tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)
+
+@triton.jit(do_not_specialize=["table_stride", "num_reqs", "num_tokens", "max_num_tokens", "width", "R"])
+def slot_mapping_tiled_specialized(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
+                                   num_reqs, num_tokens, max_num_tokens, width, K: tl.constexpr,
+                                   B: tl.constexpr, W: tl.constexpr, R, I: tl.constexpr,
+                                   SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
+    """The same tiles with K, B, W and I compiled in, as a serving engine's fixed
+    block sizes allow: every division and modulo becomes a shift or a multiply.
+    One compilation per configuration."""
+    tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
+               K, B, W, R, I, SEARCH_STEPS, BLOCK)

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     backend = device.select(args.device)
     cuda = backend.name == "cuda"
     try:
-        kernels = {name: plugin.load(name, harness_kernels()) for name in ["triton-per-request", "triton-tiled", *extra]}
+        kernels = {name: plugin.load(name, harness_kernels()) for name in ["triton-per-request", "triton-tiled", "triton-specialized", *extra]}
     except plugin.PluginError as e:
         console.print(f"[red]blocktable bench:[/] {e}")
         return EXIT_USAGE

@@ -13,7 +13,7 @@ from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.reference import slot_mapping as reference_slot_mapping
 
 POISON = 0x5A5A5A5A5A5A5A5A  # never a slot and never -1
-KERNELS = ["triton-tiled", "triton-per-request"]
+KERNELS = ["triton-tiled", "triton-specialized", "triton-per-request"]
 
 
 def launch(name, qsl, positions, table, tmax, device, **kw):

@@ -11,7 +11,7 @@ from blocktable.checks import data_checks
 from blocktable.properties.vectorized import slot_mapping_vectorized
 
 pytestmark = pytest.mark.gpu
-KERNELS = ["triton-tiled", "triton-per-request"]
+KERNELS = ["triton-tiled", "triton-specialized", "triton-per-request"]
 
 
 def inputs(rng, requests, per_request, width, K, B, W):

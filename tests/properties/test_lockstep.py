@@ -39,3 +39,8 @@ def test_our_per_request_kernel_in_lockstep(backend, record_property):
 def test_the_reference_against_itself(backend, record_property):
     """The harness end to end with the model as the kernel: must never fail."""
     run_machine(backend, "reference", record_property, max_examples=20)
+
+
+def test_our_specialized_kernel_in_lockstep(backend, record_property):
+    """Compiled per configuration on a GPU, so fewer examples there."""
+    run_machine(backend, "triton-specialized", record_property, max_examples=20)
