@@ -17,14 +17,17 @@ from blocktable.device import current
 TOKENS_PER_TILE = 1024  # vLLM's tile, kept by the per-request baseline
 
 
-def tiled_launch(backend, max_num_tokens: int) -> tuple[int, int]:
-    """(tokens per program, warps) of the tiled kernels, from a sweep on an H200
-    (docs/benchmarks.md): 256 tokens a program throughout, 8 warps up to 64K tokens
-    (latency-bound launches), 4 above (throughput-bound). The interpreter runs one
-    program at a time as numpy, so there fewer, wider programs cost less."""
+def tiled_launch(backend, max_num_tokens: int, specialized: bool = False) -> tuple[int, int]:
+    """(tokens per program, warps) of the tiled kernels, from sweeps on an H200
+    (docs/benchmarks.md): up to 64K tokens (launch- and latency-bound) 256 tokens
+    and 8 warps; above, 256 x 4 for the run-time kernel and 512 x 4 for the
+    specialized one. The interpreter runs one program at a time as numpy, so there
+    fewer, wider programs cost less."""
     if backend.interpreted:
         return 1024, 4
-    return (256, 8) if max_num_tokens <= 65536 else (256, 4)
+    if max_num_tokens <= 65536:
+        return 256, 8
+    return (512, 4) if specialized else (256, 4)
 
 
 def slot_mapping_per_request(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
@@ -51,7 +54,7 @@ def _tiled(kernel_name: str, query_start_loc: torch.Tensor, positions: torch.Ten
         return
     from blocktable.kernels import slot_mapping as kernels
 
-    tile, warps = tiled_launch(backend, Tmax)
+    tile, warps = tiled_launch(backend, Tmax, specialized=kernel_name.endswith("specialized"))
     getattr(kernels, kernel_name)[(-(-Tmax // tile),)](
         query_start_loc, positions, block_table, block_table.stride(0), slot_mapping,
         N, T, Tmax, block_table.shape[1], kv_block_size, kernel_block_size, cp_world_size, cp_rank,
