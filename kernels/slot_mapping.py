@@ -61,9 +61,9 @@ def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num
                K, B, W, R, I, SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
     """Map BLOCK consecutive output slots, tail included. A token's request is the
     last r with qsl[r] <= t, found by a branch-free binary search over
-    query_start_loc (SEARCH_STEPS = ceil(log2(N)) halvings). Measured against
-    bounding the search per tile first (two scalar searches): slower on long
-    prefills, where the chain of dependent scalar loads delays every program."""
+    query_start_loc (SEARCH_STEPS = ceil(log2(N)) halvings). Bounding the search
+    per tile first (two scalar searches) was tried and was not faster where it
+    could be compared (docs/benchmarks.md), so the simpler search stays."""
     t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     is_token = t < num_tokens
     req = tl.zeros([BLOCK], dtype=tl.int32)

@@ -67,18 +67,24 @@ class BlockPool:
             self.ref[b] = 1
         return ids
 
+    def _blocks_in_use(self, ids: Sequence[int], what: str, if_free: str) -> list[int]:
+        """The ids of a free or share call, checked one by one: each an int in the
+        pool, not the null block, not listed twice, and in use (else `if_free`)."""
+        ids = _as_ids(ids, what)
+        seen: set[int] = set()
+        for b in ids:
+            self._check_id(b, what)
+            if b in seen:
+                raise ValueError(f"{what}: block {b} is listed twice in one call")
+            seen.add(b)
+            if self.ref[b] == 0:
+                raise ValueError(f"{what}: {if_free.format(b=b)}")
+        return ids
+
     def free(self, ids: Sequence[int]) -> None:
         """Release one request's blocks, given last block first. Each ref drops by one;
         blocks reaching 0 join the tail of the queue in the order given."""
-        ids = _as_ids(ids, "free")
-        seen: set[int] = set()
-        for b in ids:
-            self._check_id(b, "free")
-            if b in seen:
-                raise ValueError(f"free: block {b} is listed twice in one call")
-            seen.add(b)
-            if self.ref[b] == 0:
-                raise ValueError(f"free: double free of block {b} (its ref is already 0)")
+        ids = self._blocks_in_use(ids, "free", "double free of block {b} (its ref is already 0)")
         for b in ids:
             self.ref[b] -= 1
             if self.ref[b] == 0:
@@ -86,15 +92,7 @@ class BlockPool:
 
     def share(self, ids: Sequence[int]) -> None:
         """Fork: one more table holds each of these blocks. Ids must be distinct and in use."""
-        ids = _as_ids(ids, "share")
-        seen: set[int] = set()
-        for b in ids:
-            self._check_id(b, "share")
-            if b in seen:
-                raise ValueError(f"share: block {b} is listed twice in one call")
-            seen.add(b)
-            if self.ref[b] == 0:
-                raise ValueError(f"share: block {b} is free (ref 0) and cannot be shared")
+        ids = self._blocks_in_use(ids, "share", "block {b} is free (ref 0) and cannot be shared")
         for b in ids:
             self.ref[b] += 1
 

@@ -27,7 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=CHOICES)
     p.add_argument("--include-equivalent", action="store_true", help="also run the mutants marked equivalent")
-    p.add_argument("--json", action="store_true", help="print the verdicts as JSON instead of a table")
+    output = p.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the verdicts as JSON instead of a table")
+    output.add_argument("--markdown", action="store_true", help="print the verdicts as a Markdown table")
     p.set_defaults(run=run)
 
 
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     verdicts: dict[str, Verdict] = {m.id: Verdict(m.id, m.layer, m.imitates, None, equivalent=m.equivalent)
                                     for m in chosen if m not in to_run}
     with Progress(TextColumn("[bold]mutants"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
-                  TimeElapsedColumn(), console=console, disable=args.json) as progress:
+                  TimeElapsedColumn(), console=console, disable=args.json or args.markdown) as progress:
         task = progress.add_task("mutants", total=len(to_run), last="")
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             futures = {pool.submit(run_mutant, m, args.budget, args.seed, args.device): m for m in to_run}
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     survivors = [v for v in ordered if v.killed is False and not v.equivalent]
     if args.json:
         print(json.dumps([v.to_json() for v in ordered], indent=1))
+    elif args.markdown:
+        print(markdown_table(ordered))
     else:
         console.print(verdict_table(ordered), soft_wrap=True)
         console.print(summary_line(ordered))
@@ -94,3 +98,15 @@ def summary_line(verdicts: list) -> str:
         text += f"; time to kill: median {statistics.median(times):.1f} s, worst {max(times):.1f} s"
     equivalent = sum(1 for v in verdicts if v.equivalent)
     return text + (f"; {equivalent} marked equivalent" if equivalent else "")
+
+
+def markdown_table(verdicts: list) -> str:
+    lines = ["| mutant | layer | imitates | killed? | time to kill | examples | shrunk steps |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+    for v in verdicts:
+        killed = "equivalent" if v.killed is None else ("killed" if v.killed else "**SURVIVED**")
+        seconds = f"{v.seconds_to_kill:.1f} s" if v.seconds_to_kill is not None else "-"
+        examples = "spec example" if v.examples_to_kill == 0 else (str(v.examples_to_kill) if v.examples_to_kill else "-")
+        imitates = v.imitates + (f" ({v.equivalent})" if v.killed is None and v.equivalent else "")
+        lines.append(f"| {v.id} | {v.layer} | {imitates} | {killed} | {seconds} | {examples} | {v.shrunk_steps or '-'} |")
+    return "\n".join(lines) + "\n\n" + summary_line(verdicts)
