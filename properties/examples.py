@@ -7,7 +7,7 @@ our Triton kernel and any plugged-in kernel; `blocktable fuzz` runs them first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

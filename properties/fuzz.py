@@ -69,14 +69,16 @@ def _call_text(call: dict[str, Any]) -> str:
             f"Tmax {call.get('max_num_tokens')}")
 
 
-def _save_and_report(case: Case, outcome: Outcome, backend: device.Backend, out: Path, send: Send,
-                     stats: dict[str, Any]) -> None:
+def send_failure(send: Send, case: Case, outcome: Outcome, backend: device.Backend, out: Path,
+                 stats: dict[str, Any], title: str = "blocktable found a discrepancy") -> None:
+    """Save the case file and send the result message with the rendered report."""
     case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
                     "message": str(outcome.error), "step": outcome.failed_step}
     path = case.save(out)
-    send({"type": "result", "status": "fail", "case": str(path), "report": report_failure(case, outcome, backend, path),
-          "kind": case.kind, "step": outcome.failed_step, "first": slot_mismatch(outcome.error),
-          "device": backend.describe(), **stats})
+    send({"type": "result", "status": "fail", "case": str(path), "kind": case.kind,
+          "program_steps": len(case.program), "report": report_failure(case, outcome, backend, path, title),
+          "step": outcome.failed_step, "first": slot_mismatch(outcome.error), "device": backend.describe(),
+          **stats})
 
 
 def fuzz_child(payload: dict[str, Any], send: Send) -> None:
@@ -105,8 +107,8 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
         outcome = run_slot_call(call, kernel, backend)
         if not outcome.passed:
             stats["first_failure"], stats["examples_to_failure"] = time.monotonic(), 0
-            case = Case("slot-call", spec, {}, call=call, provenance=prov)
-            _save_and_report(case, outcome, backend, out, send, _public(stats, start))
+            send_failure(send, Case("slot-call", spec, {}, call=call, provenance=prov), outcome, backend, out,
+                         _public(stats, start))
             return
     send({"type": "progress", "phase": "spec examples passed", **_public(stats, start)})
 
@@ -153,18 +155,11 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
             case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov)
             journal.close()
             outcome = replay_lockstep(case, kernel, backend)
+            title = "blocktable found a discrepancy"
             if outcome.passed:
                 outcome = Outcome(False, failure, len(program) - 1 if program else None, last)
                 title = "blocktable found a failure that did not repeat on replay (flaky or order-dependent)"
-            else:
-                title = "blocktable found a discrepancy"
-            case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
-                            "message": str(outcome.error), "step": outcome.failed_step}
-            path = case.save(out)
-            send({"type": "result", "status": "fail", "case": str(path), "kind": "lockstep",
-                  "program_steps": len(case.program),
-                  "report": report_failure(case, outcome, backend, path, title), "step": outcome.failed_step,
-                  "first": slot_mismatch(outcome.error), "device": backend.describe(), **_public(stats, start)})
+            send_failure(send, case, outcome, backend, out, _public(stats, start), title)
             return
         _account(runs, stats)
     journal.close()

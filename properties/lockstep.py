@@ -361,7 +361,6 @@ class Lockstep:
                     self.next_value += 1
         positions_np = np.array(positions, dtype=np.int64)
         values_np = np.array(values, dtype=np.int64)
-        T = len(positions)
         if any(c > TILE or (s // TILE != (s + c - 1) // TILE) for s, c in zip(qsl[:-1], chunks) if c):
             self.event("tile crossing")
         if self.world.id_offset:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from blocktable.properties.case import Case, provenance
-from blocktable.properties.fuzz import Send, _setup, report_failure, slot_mismatch
+from blocktable.properties.fuzz import Send, _setup, send_failure
 from blocktable.properties.guard import GuardedCall
 from blocktable.properties.lockstep import UNWRITTEN
 from blocktable.properties.replay import run_slot_call, slot_call
@@ -139,14 +139,10 @@ def stateless_child(payload: dict[str, Any], send: Send) -> None:
         if failed:
             token = int(torch.nonzero(actual != expected)[0, 0]) if actual is not None else 0
             call = shrink(kernel, backend, config, qsl, positions, table, tmax, token)
-            outcome = run_slot_call(call, kernel, backend)
             case = Case("slot-call", payload["kernel"], {}, call=call,
                         provenance=provenance(backend.describe(), seed=payload["seed"], mode="stateless"))
-            case.failure = {"what": getattr(outcome.error, "what", "slot mapping"), "message": str(outcome.error)}
-            path = case.save(Path(payload["out"]))
-            send({"type": "result", "status": "fail", "case": str(path), "kind": "slot-call",
-                  "report": report_failure(case, outcome, backend, path), "first": slot_mismatch(outcome.error),
-                  "step": None, "device": backend.describe(), **stats, "elapsed": time.monotonic() - start})
+            send_failure(send, case, run_slot_call(call, kernel, backend), backend, Path(payload["out"]),
+                         {**stats, "elapsed": time.monotonic() - start})
             return
         stats["batches"] += 1
         stats["tokens"] += tmax

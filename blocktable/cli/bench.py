@@ -188,16 +188,14 @@ def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     base = {(r.shape, r.world): r.microseconds for r in rows if r.kernel == "triton-per-request"}
     for r in rows:
+        head = f"| {r.shape} | {r.world} | {r.tokens:,} | {r.kernel} |"
         if r.microseconds is None:
-            lines.append(f"| {r.shape} | {r.world} | {r.tokens} | {r.kernel} | - | - | - | - | {r.note} |")
+            lines.append(f"{head} - | - | - | - | {r.note} |")
             continue
-        speed = base.get((r.shape, r.world))
-        lines.append(f"| {r.shape} | {r.world} | {r.tokens:,} | {r.kernel} | {r.microseconds:.2f} | "
-                     f"{r.tokens / r.microseconds * 1e6:.3g} | {r.gbps:.0f} | "
-                     f"{100 * r.gbps / copy:.0f}% | " if copy else
-                     f"| {r.shape} | {r.world} | {r.tokens:,} | {r.kernel} | {r.microseconds:.2f} | "
-                     f"{r.tokens / r.microseconds * 1e6:.3g} | {r.gbps:.2f} | - | ")
-        lines[-1] += (f"{speed / r.microseconds:.2f}× |" if speed else "- |")
+        share = f"{100 * r.gbps / copy:.0f}%" if copy else "-"
+        speed = f"{base[(r.shape, r.world)] / r.microseconds:.2f}×" if base.get((r.shape, r.world)) else "-"
+        lines.append(f"{head} {r.microseconds:.2f} | {r.tokens / r.microseconds * 1e6:.3g} | {r.gbps:.0f} | "
+                     f"{share} | {speed} |")
     return "\n".join(lines) + "\n"
 
 

@@ -133,9 +133,7 @@ def _triage(result: dict[str, Any], args: argparse.Namespace) -> str | None:
     """On a GPU: replay the case on the interpreter and say which side disagrees."""
     import torch
 
-    from blocktable.properties.child import run_in_child
-
-    if result.get("kind") != "lockstep" and result.get("kind") != "slot-call":
+    if result.get("kind") not in ("lockstep", "slot-call"):
         return None
     if args.device == "cpu" or not torch.cuda.is_available():
         return None

@@ -68,3 +68,24 @@ def test_a_bad_case_file_exits_2(cli, tmp_path, content, message):
 def test_a_missing_case_file_exits_2(cli):
     code, out = cli("replay", "nowhere.json")
     assert code == 2 and "does not exist" in out
+
+
+def test_triage_verdicts_compare_the_compiled_failure_with_an_interpreter_replay(cli, plugin_file):
+    """interpreter_verdict replays the case on the interpreter; the compiled side is
+    simulated here (no GPU), once agreeing with it, once not, once passing."""
+    from blocktable.cli.fuzz import interpreter_verdict
+
+    kernel, case = failing_case(cli, plugin_file)
+    code, out = cli("replay", str(case))
+    data = json.loads(case.read_text())
+    step = data["failure"].get("step")
+    # The interpreter replay fails; recover its first mismatch from the report text.
+    token = int(out.split("first at token ")[1].split(":")[0])
+    expected = int(out.split("expected ")[1].split(",")[0])
+    actual = int(out.split("got ")[1].split()[0])
+    same = {"step": step, "first": [token, expected, actual]}
+    assert "interpreter = compiled ≠ reference" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", same)
+    other = {"step": step, "first": [token, expected, actual + 1]}
+    assert "all differ" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", other)
+    kernel.write_text(kernel.read_text().replace(BUG[1], BUG[0]))  # now the interpreter agrees with the reference
+    assert "reference = interpreter ≠ compiled" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", same)
