@@ -104,7 +104,7 @@ def _detail(m: dict[str, Any]) -> str:
     if "tokens" in m:  # the stateless mode
         return f"{m.get('batches', 0)} batches, {m.get('tokens', 0):,} tokens checked"
     events = m.get("events", {})
-    return (f"{m.get('examples', 0)} examples, {m.get('steps', 0)} checked steps, "
+    return (f"{m.get('examples', 0)} programs, {m.get('steps', 0)} checked steps, "
             f"{len(events)} kinds of event reached")
 
 
@@ -119,7 +119,8 @@ def _summary(kernel: str, args: argparse.Namespace, stats: dict[str, Any], elaps
         table.add_row("batches / tokens checked", f"{stats.get('batches', 0)} / {stats.get('tokens', 0):,}")
         table.add_row("tokens/s", f"{stats.get('tokens', 0) / max(elapsed, 1e-9):,.0f}")
     else:
-        table.add_row("examples / operations", f"{stats.get('examples', 0)} / {stats.get('operations', 0)}")
+        table.add_row("programs run (shrinking included) / operations",
+                      f"{stats.get('examples', 0)} / {stats.get('operations', 0)}")
         steps = stats.get("steps", 0)
         table.add_row("checked steps", f"{steps} ({steps / max(stats.get('elapsed', elapsed), 1e-9):.1f}/s)")
         events = stats.get("events", {})
