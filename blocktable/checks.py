@@ -63,7 +63,7 @@ def check_slot_inputs(query_start_loc: torch.Tensor, positions: torch.Tensor, bl
     for name, t in (("query_start_loc", query_start_loc), ("positions", positions), ("slot_mapping", slot_mapping)):
         if t.numel() and t.stride(0) != 1:
             raise ValueError(f"{name} must be contiguous, got stride {t.stride(0)}")
-    if block_table.shape[1] and block_table.stride(1) != 1:
+    if block_table.numel() and block_table.stride(1) != 1:  # an empty table has no layout
         raise ValueError(f"block_table rows must be contiguous, got column stride {block_table.stride(1)}")
     N = query_start_loc.numel() - 1
     T = positions.numel()

@@ -19,9 +19,11 @@ RUNTIME_INTS = ["table_stride", "num_reqs", "num_tokens", "max_num_tokens", "wid
 
 
 @triton.jit
-def token_slots(p, row_ptr, width, K, B, W, R, I):
+def token_slots(p, valid, row_ptr, width, K, B, W, R, I):
     """(slot, keep) for int64 positions `p` of the request whose row starts at row_ptr.
-    keep is False where the token is not this rank's or its column is past the row."""
+    keep is False where the lane holds no token (`valid` False), the token is not this
+    rank's, or its column is past the row; such lanes read nothing, since for an empty
+    batch even row 0 of the table may not exist."""
     P = K // B
     vb = K * W  # one virtual block: K tokens on each of W ranks
     vbi = p // vb
@@ -29,7 +31,7 @@ def token_slots(p, row_ptr, width, K, B, W, R, I):
     local = ((vbo // I) % W) == R  # ownership in allocation-block coordinates
     lofs = (vbo // (W * I)) * I + vbo % I  # offset inside this rank's K slots
     col = vbi * P + lofs // B
-    keep = local & (col < width)
+    keep = valid & local & (col < width)
     block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)
     return block * B + lofs % B, keep
 
@@ -52,7 +54,7 @@ def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
             offs = start + tl.arange(0, BLOCK)
             in_req = offs < end
             p = tl.load(pos_ptr + offs, mask=in_req, other=0)
-            slot, keep = token_slots(p, row_ptr, width, K, B, W, R, I)
+            slot, keep = token_slots(p, in_req, row_ptr, width, K, B, W, R, I)
             tl.store(out_ptr + offs, tl.where(keep, slot, -1), mask=in_req)
 
 
@@ -74,8 +76,8 @@ def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num
         req = tl.where(start <= t, req + half, req)
         size -= half  # the window may stay one wider than needed; it still holds the answer
     p = tl.load(pos_ptr + t, mask=is_token, other=0)
-    slot, keep = token_slots(p, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
-    tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)
+    slot, keep = token_slots(p, is_token, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
+    tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)
 
 
 @triton.jit(do_not_specialize=RUNTIME_INTS)

@@ -120,6 +120,9 @@ SPEC_EXAMPLES: tuple[SlotExample, ...] = (
     SlotExample("spec4-out-of-row", 16, 16, rows=((3, 4),), positions=((31, 32),), expected=(79, -1), width=2),
     # N = 0: nothing scheduled, the whole output is tail.
     SlotExample("spec4-no-requests", 16, 16, rows=(), positions=(), expected=(), max_num_tokens=5),
+    # N = 0 with a table of no rows at all: a lane with no token must read nothing.
+    SlotExample("spec4-no-requests-no-rows", 16, 16, rows=(), positions=(), expected=(), max_num_tokens=5,
+                extra_rows=0),
     # A zero-length request between two others; T = Tmax (no tail).
     # Request 0 row [1]: p=2 -> 18; request 1 empty; request 2 row [2]: p=0 -> 32.
     SlotExample("spec4-empty-request-and-T-equals-Tmax", 16, 16, rows=((1,), (9,), (2,)),

@@ -39,6 +39,11 @@ class Guarded:
     def load(self, value: torch.Tensor) -> torch.Tensor:
         self.view.copy_(value)
         self.pristine = self.buffer.clone()
+        if self.view.numel() == 0:
+            # A zero-size tensor owns no memory (its address is 0 on the CPU and on CUDA),
+            # so a kernel that reads any of it, even in a lane whose result it drops,
+            # faults here as it would in an engine; a view into the guard would hide it.
+            return torch.empty(self.view.shape, dtype=self.view.dtype, device=self.view.device)
         return self.view
 
     def _changed(self, kernel_may_write_view: bool) -> torch.Tensor:

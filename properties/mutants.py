@@ -38,11 +38,11 @@ TRITON_ORACLE = {"BLOCKTABLE_ORACLE": "triton"}
 
 CATALOGUE: tuple[Mutant, ...] = (
     # -- the slot-mapping kernels ---------------------------------------------------------
-    Mutant("K01", "kernel", SLOTS, "tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)",
-           "tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens - 1)",
+    Mutant("K01", "kernel", SLOTS, "tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)",
+           "tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens - 1)",
            "tail padding off by one: the last slot of [T, Tmax) is never written"),
-    Mutant("K02", "kernel", SLOTS, "tl.store(out_ptr + t, tl.where(keep & is_token, slot, -1), mask=t < max_num_tokens)",
-           "tl.store(out_ptr + t, tl.where(keep & is_token, slot, 0), mask=t < max_num_tokens)",
+    Mutant("K02", "kernel", SLOTS, "tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)",
+           "tl.store(out_ptr + t, tl.where(keep, slot, 0), mask=t < max_num_tokens)",
            "PAD written as 0: padded tokens overwrite slot 0 of the KV cache"),
     Mutant("K03", "kernel", SLOTS, "block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)",
            "block = tl.load(row_ptr + col, mask=keep, other=0)",
@@ -52,7 +52,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            "row offset computed in int32", kernel="triton-per-request",
            equivalent="wraps only once rows * stride >= 2**31 (a table of 8 GiB or more), far beyond any table "
                       "the harness builds; the int64 cast is kept for production sizes"),
-    Mutant("K05", "kernel", SLOTS, "keep = local & (col < width)", "keep = col < width",
+    Mutant("K05", "kernel", SLOTS, "keep = valid & local & (col < width)", "keep = valid & (col < width)",
            "missing where(is_local, ...): another rank's tokens get slots on this rank"),
     Mutant("K06", "kernel", SLOTS, "vb = K * W  # one virtual block", "vb = B * W  # one virtual block",
            "ownership decided in kernel-block coordinates (wrong when P > 1, W > 1 and I does not divide B)"),
@@ -60,7 +60,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            "local offset that ignores the interleave I"),
     Mutant("K08", "kernel", SLOTS, "is_token = t < num_tokens", "is_token = t <= num_tokens",
            "token mask <=: token T (the first tail slot) is mapped from a stray position"),
-    Mutant("K09", "kernel", SLOTS, "keep = local & (col < width)", "keep = local",
+    Mutant("K09", "kernel", SLOTS, "keep = valid & local & (col < width)", "keep = valid & local",
            "missing out-of-row guard: a column past the row reads the next row (vLLM's bug)"),
     Mutant("K10", "kernel", WRAPPERS, "kernel[(N + 1,)](", "kernel[(N,)](",
            "last request not launched (the tail program takes its place)", kernel="triton-per-request"),
@@ -78,6 +78,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("K16", "kernel", SLOTS, "tl.store(out_ptr + offs, tl.full([BLOCK], -1, tl.int64), mask=offs < max_num_tokens)",
            "tl.store(out_ptr + offs, tl.full([BLOCK], -1, tl.int64), mask=offs < max_num_tokens - 1)",
            "per-request kernel: tail padding off by one", kernel="triton-per-request"),
+    Mutant("K17", "kernel", SLOTS, "block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)",
+           "block = tl.load(row_ptr + col, mask=local & (col < width), other=0).to(tl.int64)",
+           "lanes with no token read row 0 of the table (an empty batch's table may have no rows)"),
     # -- the block table ------------------------------------------------------------------
     Mutant("T01", "table", TABLE, "(blocks.astype(np.int64)[:, None] * P + np.arange(P))",
            "(blocks.astype(np.int64)[:, None] + np.arange(P) * P)",

@@ -115,6 +115,8 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
     verdict.examples_to_kill = source.get("examples_to_failure")
     if result is None:
         verdict.by = f"the worker died (exit {process.returncode}) {where_it_died}"
+        if verdict.examples_to_kill is None and where_it_died.startswith("during SPEC example"):
+            verdict.examples_to_kill = 0  # the examples come before any generated input
         if verdict.seconds_to_kill is None:
             verdict.seconds_to_kill = verdict.seconds
         return verdict

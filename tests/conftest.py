@@ -4,13 +4,16 @@ bad-input test uses (raised the right error, named the value, changed nothing)."
 from __future__ import annotations
 
 import copy
+import importlib
 import os
+import pkgutil
 import re
 from typing import Any, Callable
 
 import numpy as np
 import pytest
 
+import blocktable
 from blocktable import device
 from blocktable.properties import profiles
 
@@ -29,6 +32,23 @@ _pin_worker_gpu()
 # interpreter (BLOCKTABLE_DEVICE=cpu forces it on a GPU machine).
 BACKEND = device.select(os.environ.get("BLOCKTABLE_DEVICE", "auto"))
 profiles.register_and_load()
+
+
+def _import_every_module() -> None:
+    """Hypothesis mixes literals found in every local module in sys.modules into its
+    draws, so without this what a seeded test draws would depend on which modules
+    the tests before it, in the same xdist worker, happened to import. With all of
+    them imported first, every process draws the same examples."""
+    import blocktable.kernels
+    import blocktable.properties
+    import blocktable.reference
+
+    for package in (blocktable, blocktable.kernels, blocktable.properties, blocktable.reference):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            importlib.import_module(info.name)
+
+
+_import_every_module()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -29,20 +29,23 @@ def test_switching_after_the_choice_is_refused(backend):
         device.select(other)
 
 
-def test_interpreter_env_is_set_before_kernels_load():
+def test_interpreter_env_is_set_before_kernels_load(tmp_path):
     """A fresh process choosing the CPU sets TRITON_INTERPRET, and its kernels are interpreted."""
     code = ("from blocktable import device; b = device.select('cpu'); import os; "
             "import blocktable.kernels.slot_mapping as k; "
             "print(b.name, os.environ['TRITON_INTERPRET'], type(k.slot_mapping_per_request).__name__)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    # From a scratch folder: at the repository root the bare `blocktable/` folder would
+    # shadow a non-editable install.
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
+                         cwd=tmp_path)
     assert out.stdout.split() == ["interpreter", "1", "InterpretedFunction"]
 
 
-def test_kernels_imported_in_the_wrong_mode_are_detected():
+def test_kernels_imported_in_the_wrong_mode_are_detected(tmp_path):
     code = ("import blocktable.kernels.slot_mapping; from blocktable import device; device.select('cpu')")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode != 0 and "call blocktable.device.select() first" in out.stderr
 
 

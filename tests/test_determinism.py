@@ -1,0 +1,47 @@
+"""The ci profile's promise: a seeded test draws the same examples in every process,
+whatever ran before it in that process (xdist hands each worker a different mix)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+DRAWS = '''
+import hashlib, os
+from hypothesis import given
+from blocktable.properties import strategies
+
+@given(case=strategies.slot_cases())
+def test_draw(case):
+    digest = hashlib.sha1(repr((case.config, case.query_start_loc.tolist(), case.positions.tolist(),
+                                case.block_table.tolist(), case.max_num_tokens)).encode()).hexdigest()
+    with open(os.environ["DRAWS_FILE"], "a") as f:
+        f.write(digest + "\\n")
+'''
+
+# A test that, run first, brings many of the package's modules into the process.
+IMPORTS = '''
+def test_imports_the_command_line():
+    import blocktable.cli.main  # noqa: F401
+'''
+
+
+def draws(folder: Path, files: list[str], name: str) -> list[str]:
+    out = folder / name
+    env = {**os.environ, "DRAWS_FILE": str(out), "BLOCKTABLE_DEVICE": "cpu", "BLOCKTABLE_PROFILE": "ci"}
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", *files],
+                   cwd=folder, env=env, check=True, capture_output=True)
+    return out.read_text().split()
+
+
+def test_draws_do_not_depend_on_what_ran_before(tmp_path):
+    shutil.copy(Path(__file__).parent / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_a_imports.py").write_text(IMPORTS)
+    (tmp_path / "test_b_draws.py").write_text(DRAWS)
+    alone = draws(tmp_path, ["test_b_draws.py"], "alone.txt")
+    after = draws(tmp_path, ["test_a_imports.py", "test_b_draws.py"], "after.txt")
+    assert len(alone) >= 10
+    assert alone == after
