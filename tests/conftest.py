@@ -13,7 +13,6 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-import blocktable
 from blocktable import device
 from blocktable.properties import profiles
 

@@ -42,26 +42,35 @@ def normalize_kernel(spec: str) -> str:
 
 
 def crash_case(journal: Path, exitcode: int | None) -> tuple[Any, str, str]:
-    """A case file from the journal of a child that died mid-step."""
+    """A case file from the journal of a child that died mid-step:
+    (case, what happened, the device it ran on)."""
     from blocktable.properties.case import Case, provenance
     from blocktable.properties.journal import Journal
     from blocktable.properties.world import WorldConfig
 
-    from blocktable.properties.child import describe_exit
-
     header, steps = Journal.read(journal)
-    how = describe_exit(exitcode)
     if header.get("kind") == "slot-call":
         case = Case("slot-call", header["kernel"], {}, call=header["call"])
-        where = f"while running {header['call'].get('name', 'a slot-mapping call')}"
     else:
         case = Case("lockstep", header["kernel"], {}, world=WorldConfig.from_json(header["world"]),
                     program=steps)
-        where = f"during step {len(steps)}" if steps else "while building the world"
-    case.failure = {"what": "crash", "message": f"the process {how} {where}", "step": len(steps) - 1 if steps else None}
     device = header.get("device", "unknown")
     case.provenance = provenance(device, exitcode=exitcode)
-    return case, f"the process running the kernel {how} {where}", device
+    return case, describe_crash(case, exitcode), device
+
+
+def describe_crash(case: Any, exitcode: int | None) -> str:
+    """Set the case's failure record from its (possibly shrunk) program; return the message."""
+    from blocktable.properties.child import describe_exit
+
+    how = describe_exit(exitcode)
+    steps = case.program
+    if case.kind == "slot-call":
+        where = f"while running {(case.call or {}).get('name', 'a slot-mapping call')}"
+    else:
+        where = f"during step {len(steps)}" if steps else "while building the world"
+    case.failure = {"what": "crash", "message": f"the process {how} {where}", "step": len(steps) - 1 if steps else None}
+    return f"the process running the kernel {how} {where}"
 
 
 def render_crash(case: Any, message: str, path: Path, device: str, device_choice: str) -> str:

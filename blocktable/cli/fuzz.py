@@ -5,6 +5,7 @@ reference. Exit 0: no discrepancy; 1: discrepancy (the case file is printed);
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="folder for case files and the crash journal (default ./blocktable-cases)")
     p.add_argument("--stateless", action="store_true",
                    help="batched stateless fuzzing of the slot-mapping kernel alone (see README)")
+    p.add_argument("--shrink-seconds", type=float, default=120, metavar="S",
+                   help="when the kernel kills its process, spend up to S seconds replaying smaller "
+                        "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
     p.set_defaults(run=run)
 
 
@@ -49,6 +53,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--examples must be >= 1, got {args.examples}")
     if args.minutes is not None and args.minutes <= 0:
         raise UsageError(f"--minutes must be > 0, got {args.minutes}")
+    if args.shrink_seconds < 0:
+        raise UsageError(f"--shrink-seconds must be >= 0, got {args.shrink_seconds}")
     kernel = normalize_kernel(args.kernel)
     examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +87,8 @@ def _run(args: argparse.Namespace) -> int:
     result = outcome.result
     if result is None:  # the child died: the journal has the fatal step
         case, message, where = crash_case(journal, outcome.exitcode)
+        if case.kind == "lockstep" and case.program and args.shrink_seconds > 0:
+            message = _shrink_crash(case, payload, outcome.exitcode, args.shrink_seconds)
         path = case.save(args.out)
         console.print(render_crash(case, message, path, where, args.device), markup=False, soft_wrap=True)
         console.print(f"case file: {path}")
@@ -98,6 +106,31 @@ def _run(args: argparse.Namespace) -> int:
         console.print(f"  triage: {triage}", markup=False, soft_wrap=True)
     console.print(f"case file: {result['case']}")
     return EXIT_FAIL
+
+
+def _shrink_crash(case: Any, payload: dict[str, Any], exitcode: int | None, seconds: float) -> str:
+    """Shrink a crashing lockstep program in place; the new crash message."""
+    from blocktable.cli.common import describe_crash
+    from blocktable.properties.crash import shrink_crash
+
+    found = len(case.program)
+    with Progress(TextColumn("[bold]shrinking the crash"), TextColumn("{task.fields[detail]}"),
+                  TimeElapsedColumn(), console=console, transient=True) as progress, \
+            tempfile.TemporaryDirectory() as scratch:
+        task = progress.add_task("shrink", detail=f"{found} steps")
+        shrunk = shrink_crash({**payload, "journal": str(Path(scratch) / "journal.jsonl")},
+                              case.world.to_json(), case.program, exitcode, seconds,
+                              lambda _, now: progress.update(task, detail=f"{found} -> {now} steps"))
+    if shrunk.reproduced:
+        case.program = shrunk.program
+        console.print(f"shrunk the crash from {found} to {len(shrunk.program)} steps "
+                      f"({shrunk.replays} replays in {shrunk.children} processes, {shrunk.seconds:.0f} s)")
+    else:
+        console.print("the crash did not repeat when its program was replayed in a fresh process; "
+                      "the case keeps the program as it ran (flaky or order-dependent)")
+    message = describe_crash(case, exitcode)
+    case.failure["found_with_steps"] = found
+    return message
 
 
 def _detail(m: dict[str, Any]) -> str:

@@ -115,6 +115,37 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
     assert code == 1 and "was killed by signal SIGSEGV" in replayed
 
 
+def test_a_crash_in_a_lockstep_program_is_shrunk(cli, tmp_path, plugin_file):
+    """Hypothesis cannot shrink a crash (its process is gone); the parent does:
+    four adds and one step are all this crash needs."""
+    good = plugin_file(name="good.py")
+    path = tmp_path / "crash_on_four.py"
+    path.write_text(f'''
+import importlib.util, os, signal
+spec = importlib.util.spec_from_file_location("good", {str(good)!r})
+good = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(good)
+
+
+def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
+    if query_start_loc.numel() > 4:  # four or more requests in one call
+        os.kill(os.getpid(), signal.SIGSEGV)
+    good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
+''')
+    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "100", "--seed", "1",
+                    "--out", str(tmp_path / "cases"))
+    assert code == 1, out
+    found, shrunk = map(int, out.split("shrunk the crash from ")[1].split(" steps")[0].split(" to "))
+    assert shrunk == 5 < found, out
+    case = Path(out.split("case file: ")[1].split()[0])
+    data = json.loads(case.read_text())
+    assert [step["op"] for step in data["program"]] == ["add"] * 4 + ["step"]
+    assert data["failure"]["found_with_steps"] == found
+    assert sorted(p.name for p in (tmp_path / "cases").iterdir()) == sorted(["journal.jsonl", case.name])
+    code, replayed = cli("replay", str(case))
+    assert code == 1 and "killed by signal SIGSEGV during step 5" in replayed
+
+
 @pytest.mark.parametrize("args, message", [
     (["--kernel", "nope"], "unknown kernel 'nope'"),
     (["--kernel", "missing.py:fn"], "kernel file missing.py does not exist"),
@@ -122,6 +153,7 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
     (["--kernel", "os.path:join"], "does not follow the plug-in contract"),
     (["--examples", "0"], "--examples must be >= 1, got 0"),
     (["--minutes", "-1"], "--minutes must be > 0"),
+    (["--shrink-seconds", "-1"], "--shrink-seconds must be >= 0"),
 ])
 def test_usage_errors_exit_2(cli, args, message):
     code, out = cli("fuzz", *args)

@@ -1,0 +1,159 @@
+"""Shrinking a lockstep program whose kernel kills its process.
+
+Hypothesis cannot shrink a crash: the process that would shrink is the one that
+died. So the parent does it, with a child that replays candidate programs one
+after another and answers for each; a candidate that kills the child is a smaller
+crash, and only then is a fresh child started. Candidates come from removing runs
+of steps, halving the run length down to single steps (the "ddmin" idea). A
+candidate counts only if the child dies the same way (same signal or exit status);
+everything up to the step it died in, as the child's journal shows, becomes the
+new program. Step arguments are not simplified.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from blocktable.properties.journal import Journal
+
+Program = list[dict[str, Any]]
+ANSWER_TIMEOUT_S = 120.0  # one replay; longer counts as "did not crash"
+
+
+def _replayer(payload: dict[str, Any], programs: Any, answers: Any) -> None:
+    """The child: replay each program it is sent, journaling every step first."""
+    from blocktable.properties.case import Case
+    from blocktable.properties.fuzz import _setup
+    from blocktable.properties.replay import replay_lockstep
+    from blocktable.properties.world import WorldConfig
+
+    ready = _setup(payload, answers.put)
+    if ready is None:
+        return
+    backend, kernel = ready
+    answers.put({"type": "ready"})
+    world = WorldConfig.from_json(payload["world"])
+    journal = Journal(Path(payload["journal"]))
+    while True:
+        program = programs.get()
+        if program is None:
+            return
+        journal.start({"kind": "lockstep", "world": payload["world"]})
+        case = Case("lockstep", payload["kernel"], {}, world=world, program=program)
+        outcome = replay_lockstep(case, kernel, backend, on_step=lambda i, step: journal.write(step))
+        answers.put({"type": "answer", "passed": outcome.passed})
+
+
+class Replayer:
+    """A child that replays programs on request and may die doing so."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+        self.journal = Path(payload["journal"])
+        self.children_started = 0
+        self.replays = 0
+        self._process: Any = None
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._programs, self._answers = context.Queue(), context.Queue()
+        self._process = context.Process(target=_replayer, args=(self.payload, self._programs, self._answers),
+                                         daemon=True)
+        self._process.start()
+        self.children_started += 1
+        first = self._wait()
+        if first is None or first.get("type") != "ready":
+            raise RuntimeError(f"the replaying child could not start: {first}")
+
+    def _wait(self) -> dict[str, Any] | None:
+        deadline = time.monotonic() + ANSWER_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                return self._answers.get(timeout=0.2)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    return None
+        self._process.kill()
+        self._process.join()
+        return {"type": "timeout"}
+
+    def crash(self, program: Program) -> tuple[int | None, Program] | None:
+        """(exit code, the steps run up to and including the fatal one) if replaying
+        `program` kills the child; None if it passes, fails normally or hangs."""
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        self.replays += 1
+        self._programs.put(program)
+        answer = self._wait()
+        if answer is not None:
+            if answer.get("type") == "timeout":
+                self._process = None
+            return None
+        self._process.join()
+        exitcode, self._process = self._process.exitcode, None
+        _, steps = Journal.read(self.journal)
+        return exitcode, steps
+
+    def close(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            self._programs.put(None)
+            self._process.join(timeout=10)
+            if self._process.is_alive():
+                self._process.kill()
+
+
+@dataclass
+class Shrunk:
+    program: Program
+    reproduced: bool  # the original program crashed again, the same way
+    replays: int
+    children: int
+    seconds: float
+
+
+def shrink_program(program: Program, crashes: Callable[[Program], Program | None],
+                   out_of_time: Callable[[], bool]) -> Program:
+    """Remove runs of steps, longest first, keeping each removal after which
+    `crashes` still returns a (possibly shorter) crashing program."""
+    size = max(1, len(program) // 2)
+    while True:
+        i = 0
+        while i < len(program) and not out_of_time():
+            smaller = crashes(program[:i] + program[i + size:])
+            if smaller is not None and len(smaller) < len(program):
+                program = smaller
+            else:
+                i += size
+        if size == 1 or out_of_time():
+            return program
+        size //= 2
+
+
+def shrink_crash(payload: dict[str, Any], world: dict[str, Any], program: Program, exitcode: int | None,
+                 seconds: float, on_progress: Callable[[int, int], None] | None = None) -> Shrunk:
+    """The smallest program found within `seconds` that kills a fresh child the
+    way the original did. payload: as for the fuzz child (kernel, device, profile)."""
+    start = time.monotonic()
+    replayer = Replayer({**payload, "world": world})
+
+    def crashes(candidate: Program) -> Program | None:
+        got = replayer.crash(candidate)
+        if got is None or got[0] != exitcode:
+            return None
+        if on_progress is not None:
+            on_progress(len(program), len(got[1]))
+        return got[1]
+
+    try:
+        again = crashes(program)
+        if again is None:
+            return Shrunk(program, False, replayer.replays, replayer.children_started, time.monotonic() - start)
+        smallest = shrink_program(again, crashes, lambda: time.monotonic() - start > seconds)
+    finally:
+        replayer.close()
+    return Shrunk(smallest, True, replayer.replays, replayer.children_started, time.monotonic() - start)
