@@ -53,8 +53,12 @@ def run_in_child(target: str, payload: dict[str, Any],
 def describe_exit(exitcode: int | None) -> str:
     import signal
 
+    from blocktable.properties.fault import DEVICE_FAULT_EXIT
+
     if exitcode is None:
         return "did not exit"
+    if exitcode == DEVICE_FAULT_EXIT:
+        return "hit a device fault (an illegal memory access or the like, which poisons the process)"
     if exitcode < 0:
         try:
             return f"was killed by signal {signal.Signals(-exitcode).name}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blocktable import device, plugin
-from blocktable.properties import profiles
+from blocktable.properties import fault, profiles
 from blocktable.properties.case import Case, load, provenance
 from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.properties.journal import Journal
@@ -33,6 +33,8 @@ def replay_command(case_path: Path, kernel: str, device_name: str) -> str:
 
 
 def _setup(payload: dict[str, Any], send: Send) -> tuple[device.Backend, Any] | None:
+    """The child's device, profile and kernel; None (a config-error result sent) on failure."""
+    fault.exit_on_device_faults()
     try:
         backend = device.select(payload["device"])
     except (RuntimeError, ValueError) as e:

@@ -30,6 +30,7 @@ from blocktable.groups import MultiGroupBlockTable
 from blocktable.oracle import DeviceCache, poison_value
 from blocktable.plugin import SlotMappingFn
 from blocktable.pool import BlockPool
+from blocktable.properties import fault
 from blocktable.properties.compare import (Discrepancy, assert_arrays_equal, assert_pool_equal,
                                            assert_table_equal, check_slot_mapping)
 from blocktable.properties.guard import GuardedCall
@@ -106,7 +107,8 @@ class Lockstep:
         try:
             result = getattr(self, f"_{op}")(**args)
             self.check()
-        except Exception:
+        except Exception as error:
+            fault.check(error)
             if self.failed_at is None:
                 self.failed_at = time.monotonic()
             raise

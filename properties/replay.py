@@ -11,6 +11,7 @@ import torch
 
 from blocktable.device import Backend
 from blocktable.plugin import SlotMappingFn
+from blocktable.properties import fault
 from blocktable.properties.case import Case
 from blocktable.properties.compare import Discrepancy, check_slot_mapping
 from blocktable.properties.guard import GuardedCall
@@ -72,6 +73,7 @@ def run_slot_call(call: dict[str, Any], kernel: SlotMappingFn, backend: Backend)
     except Discrepancy as e:
         return Outcome(False, e)
     except Exception as e:
+        fault.check(e)
         return Outcome(False, Discrepancy(f"{call['name']} slot mapping",
                                           f"the kernel raised {type(e).__name__}: {e}"))
     return Outcome(True)

@@ -20,7 +20,9 @@ import torch
 
 from blocktable.properties.case import Case, provenance
 from blocktable.properties.fuzz import Send, _setup, send_failure
+from blocktable.properties import fault
 from blocktable.properties.guard import GuardedCall
+from blocktable.properties.journal import Journal
 from blocktable.properties.lockstep import UNWRITTEN
 from blocktable.properties.replay import run_slot_call, slot_call
 from blocktable.properties.strategies import divisors
@@ -123,6 +125,9 @@ def stateless_child(payload: dict[str, Any], send: Send) -> None:
     gen = torch.Generator(device=device)
     gen.manual_seed(payload["seed"])
     max_tokens = 4096 if backend.interpreted else 1 << 20
+    # A batch is too big to journal; its number, seed and shape are enough to say
+    # where a crash happened and how to repeat it (same seed, same device).
+    journal = Journal(Path(payload["journal"]))
     start = time.monotonic()
     deadline = start + 60 * payload["minutes"] if payload.get("minutes") else None
     batches = payload.get("examples") or 100
@@ -131,10 +136,14 @@ def stateless_child(payload: dict[str, Any], send: Send) -> None:
     while (deadline is None and stats["batches"] < batches) or (deadline is not None and time.monotonic() < deadline):
         config, qsl, positions, table, tmax = random_call(rng, gen, device, max_tokens)
         expected = slot_mapping_vectorized(qsl, positions, table, tmax, **config)
+        journal.start({"kind": "stateless-batch", "kernel": payload["kernel"], "device": backend.describe(),
+                       "batch": stats["batches"] + 1, "seed": payload["seed"], "config": config,
+                       "requests": qsl.numel() - 1, "tokens": positions.numel(), "max_num_tokens": tmax})
         try:
             actual = run_guarded(kernel, config, qsl, positions, table, tmax)
             failed = not torch.equal(actual, expected)
-        except Exception:  # the kernel raised, or wrote outside its output
+        except Exception as error:  # the kernel raised, or wrote outside its output
+            fault.check(error)
             failed, actual = True, None
         if failed:
             token = int(torch.nonzero(actual != expected)[0, 0]) if actual is not None else 0
@@ -153,6 +162,7 @@ def stateless_child(payload: dict[str, Any], send: Send) -> None:
                   "examples": stats["batches"]})
     if not backend.interpreted:
         torch.cuda.synchronize()
+    journal.close()
     elapsed = time.monotonic() - start
     send({"type": "result", "status": "pass", "device": backend.describe(), **stats, "elapsed": elapsed,
           "examples": stats["batches"], "tokens_per_s": stats["tokens"] / max(elapsed, 1e-9)})

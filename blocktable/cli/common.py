@@ -43,12 +43,20 @@ def normalize_kernel(spec: str) -> str:
 
 def crash_case(journal: Path, exitcode: int | None) -> tuple[Any, str, str]:
     """A case file from the journal of a child that died mid-step:
-    (case, what happened, the device it ran on)."""
+    (case, what happened, the device it ran on). The case is None where there is
+    nothing to replay: a stateless batch, or a death before the first step."""
     from blocktable.properties.case import Case, provenance
+    from blocktable.properties.child import describe_exit
     from blocktable.properties.journal import Journal
     from blocktable.properties.world import WorldConfig
 
-    header, steps = Journal.read(journal)
+    try:
+        header, steps = Journal.read(journal)
+    except (OSError, ValueError):
+        return None, f"blocktable: the process running the kernel {describe_exit(exitcode)} before its first step", \
+            "unknown"
+    if header.get("kind") == "stateless-batch":
+        return None, stateless_crash(header, exitcode), header.get("device", "unknown")
     if header.get("kind") == "slot-call":
         case = Case("slot-call", header["kernel"], {}, call=header["call"])
     else:
@@ -57,6 +65,20 @@ def crash_case(journal: Path, exitcode: int | None) -> tuple[Any, str, str]:
     device = header.get("device", "unknown")
     case.provenance = provenance(device, exitcode=exitcode)
     return case, describe_crash(case, exitcode), device
+
+
+def stateless_crash(header: dict[str, Any], exitcode: int | None) -> str:
+    """A batch of `--stateless` is too big to journal: say which one, and how to
+    run it again."""
+    from blocktable.properties.child import describe_exit
+
+    c = header["config"]
+    return (f"blocktable: the process running the kernel {describe_exit(exitcode)} during stateless batch "
+            f"{header['batch']}\n  kernel:  {header['kernel']}\n  device:  {header.get('device', 'unknown')}\n"
+            f"  config:  K={c['kv_block_size']} B={c['kernel_block_size']} W={c['cp_world_size']} "
+            f"R={c['cp_rank']} I={c['cp_interleave']}, {header['requests']} requests, {header['tokens']} tokens, "
+            f"Tmax {header['max_num_tokens']}\n  no case file (the batch is too big to journal); the same seed "
+            f"repeats it: blocktable fuzz --stateless --seed {header['seed']} --kernel {header['kernel']}")
 
 
 def describe_crash(case: Any, exitcode: int | None) -> str:

@@ -87,6 +87,9 @@ def _run(args: argparse.Namespace) -> int:
     result = outcome.result
     if result is None:  # the child died: the journal has the fatal step
         case, message, where = crash_case(journal, outcome.exitcode)
+        if case is None:  # a stateless batch: the message says how to repeat it
+            console.print(message, markup=False, soft_wrap=True)
+            return EXIT_FAIL
         if case.kind == "lockstep" and case.program and args.shrink_seconds > 0:
             message = _shrink_crash(case, payload, outcome.exitcode, args.shrink_seconds)
         path = case.save(args.out)

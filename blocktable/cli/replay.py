@@ -54,6 +54,9 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False) -> 
         result = outcome.result
         if result is None:
             case, message, where = crash_case(journal, outcome.exitcode)
+            if case is None:
+                console.print(message, markup=False, soft_wrap=True)
+                return EXIT_FAIL
             console.print(render_crash(case, message, case_path, where, device), markup=False, soft_wrap=True)
             return EXIT_FAIL
     if result["status"] == "config-error":

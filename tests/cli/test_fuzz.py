@@ -115,9 +115,19 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
     assert code == 1 and "was killed by signal SIGSEGV" in replayed
 
 
-def test_a_crash_in_a_lockstep_program_is_shrunk(cli, tmp_path, plugin_file):
+CRASHES = {
+    "segfault": ("os.kill(os.getpid(), signal.SIGSEGV)", "was killed by signal SIGSEGV"),
+    # On a GPU this error poisons the process; the harness ends it and treats it as a crash.
+    "device fault": ('raise RuntimeError("CUDA error: an illegal memory access was encountered")',
+                     "hit a device fault (an illegal memory access or the like, which poisons the process)"),
+}
+
+
+@pytest.mark.parametrize("crash", CRASHES)
+def test_a_crash_in_a_lockstep_program_is_shrunk(cli, tmp_path, plugin_file, crash):
     """Hypothesis cannot shrink a crash (its process is gone); the parent does:
     four adds and one step are all this crash needs."""
+    statement, said = CRASHES[crash]
     good = plugin_file(name="good.py")
     path = tmp_path / "crash_on_four.py"
     path.write_text(f'''
@@ -129,12 +139,13 @@ spec.loader.exec_module(good)
 
 def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
     if query_start_loc.numel() > 4:  # four or more requests in one call
-        os.kill(os.getpid(), signal.SIGSEGV)
+        {statement}
     good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
 ''')
     code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "100", "--seed", "1",
                     "--out", str(tmp_path / "cases"))
     assert code == 1, out
+    assert f"{said} during step 5" in out
     found, shrunk = map(int, out.split("shrunk the crash from ")[1].split(" steps")[0].split(" to "))
     assert shrunk == 5 < found, out
     case = Path(out.split("case file: ")[1].split()[0])
@@ -143,7 +154,31 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
     assert data["failure"]["found_with_steps"] == found
     assert sorted(p.name for p in (tmp_path / "cases").iterdir()) == sorted(["journal.jsonl", case.name])
     code, replayed = cli("replay", str(case))
-    assert code == 1 and "killed by signal SIGSEGV during step 5" in replayed
+    assert code == 1 and f"{said} during step 5" in replayed
+
+
+def test_a_crash_in_a_stateless_batch_says_which_and_how_to_repeat_it(cli, tmp_path, plugin_file):
+    good = plugin_file(name="good.py")
+    path = tmp_path / "crash_on_big.py"
+    path.write_text(f'''
+import importlib.util, os, signal
+spec = importlib.util.spec_from_file_location("good", {str(good)!r})
+good = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(good)
+
+
+def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
+    if positions.numel() > 1000:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
+''')
+    code, out = cli("fuzz", "--stateless", "--kernel", f"{path}:slot_mapping", "--examples", "50", "--seed", "3",
+                    "--out", str(tmp_path / "cases"))
+    assert code == 1, out
+    assert "was killed by signal SIGSEGV during stateless batch" in out
+    tokens = int(out.split(" requests, ")[1].split(" tokens")[0])
+    assert tokens > 1000
+    assert f"blocktable fuzz --stateless --seed 3 --kernel {path}:slot_mapping" in out
 
 
 @pytest.mark.parametrize("args, message", [
