@@ -91,9 +91,11 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, *, kv_bl
     assert "lies past the row" in out
 
 
-def test_a_kernel_that_kills_its_process_leaves_a_replayable_case(cli, tmp_path, plugin_file):
-    good = plugin_file(name="good.py")
-    path = tmp_path / "crasher.py"
+SEGFAULT = "os.kill(os.getpid(), signal.SIGSEGV)"  # as an illegal memory access would
+
+
+def crashing_plugin(path: Path, good: Path, condition: str, statement: str = SEGFAULT) -> Path:
+    """The correct example plug-in behind a test: where `condition` holds, `statement` runs first."""
     path.write_text(f'''
 import importlib.util, os, signal
 spec = importlib.util.spec_from_file_location("good", {str(good)!r})
@@ -102,10 +104,16 @@ spec.loader.exec_module(good)
 
 
 def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
-    if positions.numel() and int(positions.max()) >= 40:
-        os.kill(os.getpid(), signal.SIGSEGV)  # as an illegal memory access would
+    if {condition}:
+        {statement}
     good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
 ''')
+    return path
+
+
+def test_a_kernel_that_kills_its_process_leaves_a_replayable_case(cli, tmp_path, plugin_file):
+    path = crashing_plugin(tmp_path / "crasher.py", plugin_file(name="good.py"),
+                           "positions.numel() and int(positions.max()) >= 40")
     code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "100", "--seed", "1")
     assert code == 1, out
     assert "was killed by signal SIGSEGV" in out
@@ -116,7 +124,7 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
 
 
 CRASHES = {
-    "segfault": ("os.kill(os.getpid(), signal.SIGSEGV)", "was killed by signal SIGSEGV"),
+    "segfault": (SEGFAULT, "was killed by signal SIGSEGV"),
     # On a GPU this error poisons the process; the harness ends it and treats it as a crash.
     "device fault": ('raise RuntimeError("CUDA error: an illegal memory access was encountered")',
                      "hit a device fault (an illegal memory access or the like, which poisons the process)"),
@@ -128,20 +136,8 @@ def test_a_crash_in_a_lockstep_program_is_shrunk(cli, tmp_path, plugin_file, cra
     """Hypothesis cannot shrink a crash (its process is gone); the parent does:
     four adds and one step are all this crash needs."""
     statement, said = CRASHES[crash]
-    good = plugin_file(name="good.py")
-    path = tmp_path / "crash_on_four.py"
-    path.write_text(f'''
-import importlib.util, os, signal
-spec = importlib.util.spec_from_file_location("good", {str(good)!r})
-good = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(good)
-
-
-def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
-    if query_start_loc.numel() > 4:  # four or more requests in one call
-        {statement}
-    good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
-''')
+    path = crashing_plugin(tmp_path / "crash_on_four.py", plugin_file(name="good.py"),
+                           "query_start_loc.numel() > 4", statement)  # four or more requests in one call
     code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "100", "--seed", "1",
                     "--out", str(tmp_path / "cases"))
     assert code == 1, out
@@ -158,20 +154,7 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
 
 
 def test_a_crash_in_a_stateless_batch_says_which_and_how_to_repeat_it(cli, tmp_path, plugin_file):
-    good = plugin_file(name="good.py")
-    path = tmp_path / "crash_on_big.py"
-    path.write_text(f'''
-import importlib.util, os, signal
-spec = importlib.util.spec_from_file_location("good", {str(good)!r})
-good = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(good)
-
-
-def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
-    if positions.numel() > 1000:
-        os.kill(os.getpid(), signal.SIGSEGV)
-    good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
-''')
+    path = crashing_plugin(tmp_path / "crash_on_big.py", plugin_file(name="good.py"), "positions.numel() > 1000")
     code, out = cli("fuzz", "--stateless", "--kernel", f"{path}:slot_mapping", "--examples", "50", "--seed", "3",
                     "--out", str(tmp_path / "cases"))
     assert code == 1, out
