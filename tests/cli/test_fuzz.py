@@ -147,6 +147,7 @@ def test_a_crash_in_a_lockstep_program_is_shrunk(cli, tmp_path, plugin_file, cra
     case = Path(out.split("case file: ")[1].split()[0])
     data = json.loads(case.read_text())
     assert [step["op"] for step in data["program"]] == ["add"] * 4 + ["step"]
+    assert set(data["program"][-1]["query"]) == {0}  # four running requests suffice, even with no tokens
     assert data["failure"]["found_with_steps"] == found
     assert sorted(p.name for p in (tmp_path / "cases").iterdir()) == sorted(["journal.jsonl", case.name])
     code, replayed = cli("replay", str(case))
