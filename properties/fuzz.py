@@ -63,12 +63,17 @@ def report_failure(case: Case, outcome: Outcome, backend: device.Backend, case_p
                   title=title)
 
 
-def _call_text(call: dict[str, Any]) -> str:
-    c = call.get("config", {})
-    return (f"{call.get('name', 'call')}: K={c.get('kv_block_size')} B={c.get('kernel_block_size')} "
+def config_text(name: str, config: dict[str, int], requests: int, tokens: int, max_num_tokens: int) -> str:
+    """One slot-mapping call's configuration and size, as reports show it."""
+    c = config
+    return (f"{name}: K={c.get('kv_block_size')} B={c.get('kernel_block_size')} "
             f"W={c.get('cp_world_size', 1)} R={c.get('cp_rank', 0)} I={c.get('cp_interleave', 1)}, "
-            f"{len(call.get('query_start_loc', [0])) - 1} requests, {len(call.get('positions', []))} tokens, "
-            f"Tmax {call.get('max_num_tokens')}")
+            f"{requests} requests, {tokens} tokens, Tmax {max_num_tokens}")
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    return config_text(call.get("name", "call"), call.get("config", {}), len(call.get("query_start_loc", [0])) - 1,
+                       len(call.get("positions", [])), call.get("max_num_tokens"))
 
 
 def send_failure(send: Send, case: Case, outcome: Outcome, backend: device.Backend, out: Path,

@@ -71,13 +71,13 @@ def stateless_crash(header: dict[str, Any], exitcode: int | None) -> str:
     """A batch of `--stateless` is too big to journal: say which one, and how to
     run it again."""
     from blocktable.properties.child import describe_exit
+    from blocktable.properties.fuzz import config_text
 
-    c = header["config"]
+    config = config_text(f"batch {header['batch']}", header["config"], header["requests"], header["tokens"],
+                         header["max_num_tokens"])
     return (f"blocktable: the process running the kernel {describe_exit(exitcode)} during stateless batch "
             f"{header['batch']}\n  kernel:  {header['kernel']}\n  device:  {header.get('device', 'unknown')}\n"
-            f"  config:  K={c['kv_block_size']} B={c['kernel_block_size']} W={c['cp_world_size']} "
-            f"R={c['cp_rank']} I={c['cp_interleave']}, {header['requests']} requests, {header['tokens']} tokens, "
-            f"Tmax {header['max_num_tokens']}\n  no case file (the batch is too big to journal); the same seed "
+            f"  config:  {config}\n  no case file (the batch is too big to journal); the same seed "
             f"repeats it: blocktable fuzz --stateless --seed {header['seed']} --kernel {header['kernel']}")
 
 
