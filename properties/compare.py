@@ -68,7 +68,7 @@ class SlotDiscrepancy(Discrepancy):
         self.config = config
         self.query_start_loc = query_start_loc
         self.positions = positions
-        self.table = table
+        self.table = table.copy()  # a snapshot: the caller's table moves on with its run
         self.expected_mapping = expected
         self.actual_mapping = actual
         self.requests = requests
