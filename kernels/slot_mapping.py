@@ -90,7 +90,7 @@ def slot_mapping_tiled(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
                K, B, W, R, I, SEARCH_STEPS, BLOCK)
 
 
-@triton.jit(do_not_specialize=["table_stride", "num_reqs", "num_tokens", "max_num_tokens", "width", "R"])
+@triton.jit(do_not_specialize=[n for n in RUNTIME_INTS if n not in ("K", "B", "W", "I")])
 def slot_mapping_tiled_specialized(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
                                    num_reqs, num_tokens, max_num_tokens, width, K: tl.constexpr,
                                    B: tl.constexpr, W: tl.constexpr, R, I: tl.constexpr,
