@@ -73,6 +73,13 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAIL if survivors else EXIT_PASS
 
 
+def _kill_cells(v) -> tuple[str, str, str]:
+    """(time to kill, examples, shrunk steps) as both tables show them."""
+    seconds = f"{v.seconds_to_kill:.1f} s" if v.seconds_to_kill is not None else "-"
+    examples = "spec example" if v.examples_to_kill == 0 else str(v.examples_to_kill or "-")
+    return seconds, examples, str(v.shrunk_steps or "-")
+
+
 def verdict_table(verdicts: list) -> Table:
     table = Table(title="blocktable mutation gate")
     for column in ("mutant", "layer", "killed?", "time to kill", "examples", "shrunk steps", "imitates / detected by"):
@@ -83,9 +90,7 @@ def verdict_table(verdicts: list) -> Table:
         else:
             killed = "[green]killed[/]" if v.killed else "[red]SURVIVED[/]"
             detail = f"{v.imitates}" + (f"\n↳ {v.by}" if v.by else "")
-        table.add_row(v.id, v.layer, killed, f"{v.seconds_to_kill:.1f} s" if v.seconds_to_kill is not None else "-",
-                      "spec example" if v.examples_to_kill == 0 else str(v.examples_to_kill or "-"),
-                      str(v.shrunk_steps) if v.shrunk_steps else "-", detail)
+        table.add_row(v.id, v.layer, killed, *_kill_cells(v), detail)
     return table
 
 
@@ -105,8 +110,7 @@ def markdown_table(verdicts: list) -> str:
              "| --- | --- | --- | --- | ---: | ---: | ---: |"]
     for v in verdicts:
         killed = "equivalent" if v.killed is None else ("killed" if v.killed else "**SURVIVED**")
-        seconds = f"{v.seconds_to_kill:.1f} s" if v.seconds_to_kill is not None else "-"
-        examples = "spec example" if v.examples_to_kill == 0 else (str(v.examples_to_kill) if v.examples_to_kill else "-")
+        seconds, examples, shrunk = _kill_cells(v)
         imitates = v.imitates + (f" ({v.equivalent})" if v.killed is None and v.equivalent else "")
-        lines.append(f"| {v.id} | {v.layer} | {imitates} | {killed} | {seconds} | {examples} | {v.shrunk_steps or '-'} |")
+        lines.append(f"| {v.id} | {v.layer} | {imitates} | {killed} | {seconds} | {examples} | {shrunk} |")
     return "\n".join(lines) + "\n\n" + summary_line(verdicts)
