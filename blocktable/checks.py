@@ -78,7 +78,11 @@ def check_slot_inputs(query_start_loc: torch.Tensor, positions: torch.Tensor, bl
 
 
 def _check_data(query_start_loc: torch.Tensor, positions: torch.Tensor, N: int, T: int) -> None:
-    qsl = query_start_loc.cpu()
+    # One read-back for every check (query_start_loc and whether any position is
+    # negative), since each read-back waits for the device.
+    negative = positions < 0
+    head = torch.cat([query_start_loc.to(torch.int64), negative.any().to(torch.int64).view(1)]).cpu()
+    qsl, any_negative = head[:-1], bool(head[-1])
     if int(qsl[0]) != 0:
         raise ValueError(f"query_start_loc[0] must be 0, got {int(qsl[0])}")
     if N:
@@ -88,8 +92,6 @@ def _check_data(query_start_loc: torch.Tensor, positions: torch.Tensor, N: int, 
             raise ValueError(f"query_start_loc decreases at request {r}: {int(qsl[r])} -> {int(qsl[r + 1])}")
     if int(qsl[N]) != T:
         raise ValueError(f"query_start_loc[N] = {int(qsl[N])} but there are {T} positions")
-    if T:
-        negative = positions < 0
-        if bool(negative.any()):
-            t = int(torch.nonzero(negative)[0, 0])
-            raise ValueError(f"position {int(positions[t])} of token {t} is negative")
+    if any_negative:
+        t = int(torch.nonzero(negative)[0, 0])
+        raise ValueError(f"position {int(positions[t])} of token {t} is negative")

@@ -84,17 +84,19 @@ class DeviceCache:
         if slot_mappings.numel() and (slot_mappings.stride(1) != 1 or not values.is_contiguous()):
             raise ValueError("slot_mappings rows and values must be contiguous")
         used = slot_mappings[:, :T]
-        index = used[used >= 0] - self.slot_base
+        # The checks run on a host copy: one device sync instead of one per check.
+        slots = used.cpu().numpy()
+        index = slots[slots >= 0] - self.slot_base
         outside = (index < 0) | (index >= self.num_slots)
-        if bool(outside.any()):
+        if outside.any():
             bad = int(index[outside][0]) + self.slot_base
             raise ValueError(f"write: slot {bad} lies outside the cache [{self.slot_base}, "
                              f"{self.slot_base + self.num_slots})")
         # Two tokens of one call in one slot would race on a GPU (the interpreter and
         # the model write in order, a GPU does not): refuse, as a correct step never does it.
-        keyed = (torch.arange(self.ranks, device=used.device)[:, None] * self.num_slots + used - self.slot_base)[used >= 0]
-        unique, counts = torch.unique(keyed, return_counts=True)
-        if bool((counts > 1).any()):
+        keyed = (np.arange(self.ranks)[:, None] * self.num_slots + slots - self.slot_base)[slots >= 0]
+        unique, counts = np.unique(keyed, return_counts=True)
+        if (counts > 1).any():
             bad = int(unique[counts > 1][0])
             raise ValueError(f"write: slot {bad % self.num_slots + self.slot_base} of rank {bad // self.num_slots} "
                              f"is written by more than one token in one call")
@@ -150,10 +152,13 @@ class DeviceCache:
         M = positions.numel()
         if rows.numel() != M:
             raise ValueError(f"{rows.numel()} rows for {M} positions")
-        if M and bool(((rows < 0) | (rows >= block_table.shape[0])).any()):
-            raise ValueError(f"gather: a row index lies outside the table's {block_table.shape[0]} rows")
-        if M and bool((positions < 0).any()):
-            raise ValueError("gather: positions must be >= 0")
+        if M:
+            bad_row, bad_position = torch.stack([((rows < 0) | (rows >= block_table.shape[0])).any(),
+                                                 (positions < 0).any()]).tolist()  # one device sync for both
+            if bad_row:
+                raise ValueError(f"gather: a row index lies outside the table's {block_table.shape[0]} rows")
+            if bad_position:
+                raise ValueError("gather: positions must be >= 0")
         if self.engine == "torch":
             return self._gather_torch(block_table, rows, positions, kv_block_size, kernel_block_size,
                                       cp_world_size, cp_interleave)

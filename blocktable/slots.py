@@ -17,17 +17,28 @@ from blocktable.device import current
 TOKENS_PER_TILE = 1024  # vLLM's tile, kept by the per-request baseline
 
 
-def tiled_launch(backend, max_num_tokens: int, specialized: bool = False) -> tuple[int, int]:
-    """(tokens per program, warps) of the tiled kernels, from sweeps on an H200
-    (docs/benchmarks.md): up to 64K tokens (launch- and latency-bound) 256 tokens
-    and 8 warps; above, 256 x 4 for the run-time kernel and 512 x 4 for the
-    specialized one. The interpreter runs one program at a time as numpy, so there
-    fewer, wider programs cost less."""
+LARGE_BATCH = 65536  # tokens: above this the tiled kernels are bandwidth-bound, below launch- and latency-bound
+
+
+def tiled_launch(backend, max_num_tokens: int, num_tokens: int, num_reqs: int,
+                 specialized: bool = False) -> tuple[int, int, bool]:
+    """(tokens per program, warps, whole tiles) of the tiled kernels, from sweeps on
+    an H200 (docs/benchmarks.md). Tiles: up to 64K tokens (launch- and
+    latency-bound) 256 tokens and 8 warps; above, 256 x 4 for the run-time kernel
+    and 1024 x 4 for the specialized one. The whole-tile search (one scalar search
+    per tile first) pays where requests are at least a tile long on average, and
+    only adds latency to decode-like batches, where every tile spans requests.
+
+    The interpreter runs one program at a time as numpy, so there fewer, wider
+    programs cost less; it always takes the whole-tile search, which holds the
+    per-token search too (for tiles that span requests), so CPU runs cover both."""
     if backend.interpreted:
-        return 1024, 4
-    if max_num_tokens <= 65536:
-        return 256, 8
-    return (512, 4) if specialized else (256, 4)
+        return 1024, 4, True
+    if max_num_tokens <= LARGE_BATCH:
+        tile, warps = 256, 8
+    else:
+        tile, warps = (1024, 4) if specialized else (256, 4)
+    return tile, warps, num_tokens >= tile * num_reqs
 
 
 def slot_mapping_per_request(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,
@@ -54,11 +65,12 @@ def _tiled(kernel_name: str, query_start_loc: torch.Tensor, positions: torch.Ten
         return
     from blocktable.kernels import slot_mapping as kernels
 
-    tile, warps = tiled_launch(backend, Tmax, specialized=kernel_name.endswith("specialized"))
+    tile, warps, whole_tiles = tiled_launch(backend, Tmax, T, N, specialized=kernel_name.endswith("specialized"))
     getattr(kernels, kernel_name)[(-(-Tmax // tile),)](
         query_start_loc, positions, block_table, block_table.stride(0), slot_mapping,
         N, T, Tmax, block_table.shape[1], kv_block_size, kernel_block_size, cp_world_size, cp_rank,
-        cp_interleave, SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=tile, num_warps=warps)
+        cp_interleave, SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=tile, WHOLE_TILES=whole_tiles,
+        num_warps=warps)
 
 
 def slot_mapping_tiled(query_start_loc: torch.Tensor, positions: torch.Tensor, block_table: torch.Tensor,

@@ -31,5 +31,6 @@ step "lockstep fuzz"
 timeout 120 blocktable fuzz --minutes ${LOCKSTEP_MINUTES:-1} --seed 1 --out /tmp/lockstep 2>&1 | tee "$OUT/lockstep.txt" | tail -20
 
 step mutants
-timeout ${MUTANT_TIMEOUT:-240} blocktable mutants --budget ${MUTANT_BUDGET:-60} --jobs "$JOBS" 2>&1 | tee "$OUT/mutants.txt" | tail -60
+# MUTANT_ONLY: ids or layers (e.g. "kernel"), all of them when unset
+timeout ${MUTANT_TIMEOUT:-240} blocktable mutants ${MUTANT_ONLY:+--only $MUTANT_ONLY} --budget ${MUTANT_BUDGET:-60} --jobs "$JOBS" 2>&1 | tee "$OUT/mutants.txt" | tail -60
 step done

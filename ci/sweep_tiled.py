@@ -1,5 +1,5 @@
 """Tile sweep for the package's tiled slot-mapping kernels (GPU): tokens per program
-x warps, on the bench shapes, for `triton-tiled` (run-time sizes) and
+x warps x search mode (per token, or whole tiles first), on the bench shapes, for `triton-tiled` (run-time sizes) and
 `triton-specialized` (K, B, W, I compiled in). Each configuration is checked against
 the vectorized reference before it is timed; medians of CUDA-graph replays, µs.
 
@@ -29,16 +29,16 @@ for W, I in [(1, 1), (4, 16)]:
         N, T = x["qsl"].numel() - 1, x["T"]
         for label, kernel in KERNELS.items():
             cells = []
-            for block, warps in CONFIGS:
+            for (block, warps), whole in [(cfg, w) for w in (False, True) for cfg in CONFIGS]:
                 def call():
                     kernel[(triton.cdiv(T, block),)](
                         x["qsl"], x["positions"], x["table"], x["table"].stride(0), out, N, T, T,
                         x["table"].shape[1], c["kv_block_size"], c["kernel_block_size"], c["cp_world_size"],
                         c["cp_rank"], c["cp_interleave"], SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=block,
-                        num_warps=warps)
+                        WHOLE_TILES=whole, num_warps=warps)
                 out.fill_(-7)
                 call()
-                assert (out.cpu().numpy() == x["expected"]).all(), (name, label, block, warps)
+                assert (out.cpu().numpy() == x["expected"]).all(), (name, label, block, warps, whole)
                 us = triton.testing.do_bench_cudagraph(call, rep=40, return_mode="median") * 1e3
-                cells.append(f"{block}/{warps}={us:.2f}")
+                cells.append(f"{block}/{warps}{'w' if whole else ''}={us:.2f}")
             print(f"W={W} {name:>16} {label:>11}: " + " ".join(cells), flush=True)

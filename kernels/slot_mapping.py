@@ -59,44 +59,81 @@ def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
 
 
 @triton.jit
-def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
-               K, B, W, R, I, SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
-    """Map BLOCK consecutive output slots, tail included. A token's request is the
-    last r with qsl[r] <= t, found by a branch-free binary search over
-    query_start_loc (SEARCH_STEPS = ceil(log2(N)) halvings). Bounding the search
-    per tile first (two scalar searches) was tried and was not faster where it
-    could be compared (docs/benchmarks.md), so the simpler search stays."""
-    t = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    is_token = t < num_tokens
-    req = tl.zeros([BLOCK], dtype=tl.int32)
+def token_requests(qsl_ptr, t, valid, num_reqs, SEARCH_STEPS: tl.constexpr):
+    """Each token's request: the last r with qsl[r] <= t, found by a branch-free
+    binary search over query_start_loc (SEARCH_STEPS = ceil(log2(N)) halvings)."""
+    req = tl.zeros_like(t).to(tl.int32)
     size = num_reqs
     for _ in tl.static_range(SEARCH_STEPS):
         half = size // 2
-        start = tl.load(qsl_ptr + req + half, mask=is_token, other=0)
+        start = tl.load(qsl_ptr + req + half, mask=valid, other=0)
         req = tl.where(start <= t, req + half, req)
         size -= half  # the window may stay one wider than needed; it still holds the answer
-    p = tl.load(pos_ptr + t, mask=is_token, other=0)
-    slot, keep = token_slots(p, is_token, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
-    tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)
+    return req
+
+
+@triton.jit
+def first_request(qsl_ptr, first, num_reqs, SEARCH_STEPS: tl.constexpr):
+    """The same search for one token, in scalars (one load per halving for the tile)."""
+    r = 0
+    size = num_reqs
+    for _ in tl.static_range(SEARCH_STEPS):
+        half = size // 2
+        r = tl.where(tl.load(qsl_ptr + r + half) <= first, r + half, r)
+        size -= half
+    return r
+
+
+@triton.jit
+def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
+               K, B, W, R, I, SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr, WHOLE_TILES: tl.constexpr):
+    """Map BLOCK consecutive output slots, tail included.
+
+    A tile of scheduled tokens only is loaded and stored without masks (a mask whose
+    bound is a run-time value keeps Triton from vectorizing), streaming past the
+    caches. With WHOLE_TILES (large batches, where most tiles lie inside one
+    request) one scalar search finds the tile's first request, and a tile that
+    request covers skips the per-token search. Other tiles search per token."""
+    first = tl.program_id(0).to(tl.int64) * BLOCK
+    t = first + tl.arange(0, BLOCK)
+    if first + BLOCK <= num_tokens:
+        every = t >= 0
+        p = tl.load(pos_ptr + t, eviction_policy="evict_first")
+        if WHOLE_TILES:
+            r0 = first_request(qsl_ptr, first, num_reqs, SEARCH_STEPS)
+            if tl.load(qsl_ptr + r0 + 1) >= first + BLOCK:
+                req = tl.zeros([BLOCK], dtype=tl.int32) + r0
+            else:
+                req = token_requests(qsl_ptr, t, every, num_reqs, SEARCH_STEPS)
+        else:
+            req = token_requests(qsl_ptr, t, every, num_reqs, SEARCH_STEPS)
+        slot, keep = token_slots(p, every, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
+        tl.store(out_ptr + t, tl.where(keep, slot, -1), cache_modifier=".cs")
+    else:
+        is_token = t < num_tokens
+        req = token_requests(qsl_ptr, t, is_token, num_reqs, SEARCH_STEPS)
+        p = tl.load(pos_ptr + t, mask=is_token, other=0)
+        slot, keep = token_slots(p, is_token, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I)
+        tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)
 
 
 @triton.jit(do_not_specialize=RUNTIME_INTS)
 def slot_mapping_tiled(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
                        num_reqs, num_tokens, max_num_tokens, width, K, B, W, R, I,
-                       SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
+                       SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr, WHOLE_TILES: tl.constexpr):
     """A grid over token tiles, so one long prefill spreads over many SMs; every
     size is a run-time argument (one compilation serves every configuration)."""
     tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
-               K, B, W, R, I, SEARCH_STEPS, BLOCK)
+               K, B, W, R, I, SEARCH_STEPS, BLOCK, WHOLE_TILES)
 
 
 @triton.jit(do_not_specialize=[n for n in RUNTIME_INTS if n not in ("K", "B", "W", "I")])
 def slot_mapping_tiled_specialized(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
                                    num_reqs, num_tokens, max_num_tokens, width, K: tl.constexpr,
                                    B: tl.constexpr, W: tl.constexpr, R, I: tl.constexpr,
-                                   SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr):
+                                   SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr, WHOLE_TILES: tl.constexpr):
     """The same tiles with K, B, W and I compiled in, as a serving engine's fixed
     block sizes allow: every division and modulo becomes a shift or a multiply.
     One compilation per configuration."""
     tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
-               K, B, W, R, I, SEARCH_STEPS, BLOCK)
+               K, B, W, R, I, SEARCH_STEPS, BLOCK, WHOLE_TILES)

@@ -36,11 +36,13 @@ def assert_arrays_equal(what: str, expected: np.ndarray, actual: np.ndarray) -> 
                           index, expected[index].item(), actual[index].item())
 
 
-def assert_table_equal(what: str, reference: Any, implementation: Any) -> None:
-    """One group's table: host rows, counts and the committed device copy."""
+def assert_table_equal(what: str, reference: Any, implementation: Any, device_rows: np.ndarray | None = None) -> None:
+    """One group's table: host rows, counts and the committed device copy (read back
+    here unless the caller already has it)."""
     assert_arrays_equal(f"{what} host rows", reference.host, implementation.host)
     assert_arrays_equal(f"{what} row counts", reference.count, implementation.count)
-    assert_arrays_equal(f"{what} device rows", reference.device, implementation.device_rows())
+    rows = implementation.device_rows() if device_rows is None else device_rows
+    assert_arrays_equal(f"{what} device rows", reference.device, rows)
 
 
 def assert_pool_equal(what: str, reference: Any, implementation: Any) -> None:

@@ -123,6 +123,18 @@ SPEC_EXAMPLES: tuple[SlotExample, ...] = (
     # N = 0 with a table of no rows at all: a lane with no token must read nothing.
     SlotExample("spec4-no-requests-no-rows", 16, 16, rows=(), positions=(), expected=(), max_num_tokens=5,
                 extra_rows=0),
+    # Request edges at tile ends, for every tile size dividing 1024: request 0 ends at
+    # token 1022, so the last token of the tile [0, 1024) (or [768, 1024), ...) is
+    # request 1's; request 1 then covers the whole tile [1024, 2048) and token 2048;
+    # tokens 2049..2052 are request 2's, and Tmax leaves a 3-token tail. Lengths 1023,
+    # 1026, 4; each request's positions run from 0. Row r holds 1000*r + c + 1 in
+    # column c (65 columns: cdiv(1026, 16)), so with K=B=16
+    # slot = (1000*r + p//16 + 1)*16 + p%16 = 16000*r + 16 + p.
+    SlotExample("spec4-request-edges-at-tile-ends", 16, 16,
+                rows=tuple(tuple(1000 * r + c + 1 for c in range(65)) for r in range(3)),
+                positions=(tuple(range(1023)), tuple(range(1026)), tuple(range(4))),
+                expected=tuple(16000 * r + 16 + p for r, n in enumerate((1023, 1026, 4)) for p in range(n)),
+                width=65),
     # A zero-length request between two others; T = Tmax (no tail).
     # Request 0 row [1]: p=2 -> 18; request 1 empty; request 2 row [2]: p=0 -> 32.
     SlotExample("spec4-empty-request-and-T-equals-Tmax", 16, 16, rows=((1,), (9,), (2,)),

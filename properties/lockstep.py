@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from blocktable.checks import data_checks
 from blocktable.device import Backend
 from blocktable.groups import MultiGroupBlockTable
 from blocktable.oracle import DeviceCache, poison_value
@@ -41,7 +42,6 @@ from blocktable.reference import (BlockPool as ReferencePool, History, MultiGrou
 from blocktable.sequence import SequenceBlocks
 from blocktable.table import BlockTable
 
-UNWRITTEN = 0x5A5A5A5A5A5A5A5A  # poured into every kernel output first: an unwritten slot shows
 TILE = 1024  # the kernels' token tile
 
 
@@ -130,6 +130,11 @@ class Lockstep:
         """Requests holding a row, in row order."""
         return [rid for rid in self.rows if rid is not None]
 
+    def condensable(self) -> bool:
+        """Some occupied row lies past a hole (otherwise condense changes nothing)."""
+        holes = [r for r, rid in enumerate(self.rows) if rid is None]
+        return bool(holes) and any(rid is not None for rid in self.rows[holes[0]:])
+
     def preempted(self) -> list[int]:
         return sorted(rid for rid, req in self.requests.items() if req.preempted)
 
@@ -149,8 +154,12 @@ class Lockstep:
     # -- the comparisons after every step -----------------------------------------------
 
     def check(self) -> None:
-        for g in range(len(self.layouts)):
-            assert_table_equal(f"group {g} table", self.ref_tables[g], self.tables[g])
+        # Every group's device rows in one read-back: each read-back waits for the device.
+        tensors = [self.tables[g].device_tensor for g in range(len(self.layouts))]
+        flat = torch.cat([t.reshape(-1) for t in tensors]).cpu().numpy()
+        ends = np.cumsum([t.numel() for t in tensors])
+        for g, (t, rows) in enumerate(zip(tensors, np.split(flat, ends[:-1]))):
+            assert_table_equal(f"group {g} table", self.ref_tables[g], self.tables[g], rows.reshape(t.shape))
         assert_pool_equal("pool", self.ref_pool, self.pool)
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
             if ref.blocks != impl.blocks:
@@ -418,30 +427,21 @@ class Lockstep:
         """Slot mappings on every rank against the reference, then the copy-on-write
         copies and the writes into this group's paged caches."""
         lay = self.layouts[g]
-        W, I = lay.world, lay.interleave
+        W = lay.world
         Tmax = self.world.max_num_batched_tokens
         ref_pairs, impl_pairs = self.ref_seqs[g].take_cow_pairs(), self.seqs[g].take_cow_pairs()
         if ref_pairs != impl_pairs:
             raise Discrepancy(f"group {g} copy-on-write pairs", f"expected {ref_pairs}, got {impl_pairs}")
-        device = self.backend.device
-        table = self.tables[g].device_tensor
-        call = GuardedCall(table.shape[0], table.shape[1], N, len(positions), Tmax, device)
-        table_view = call.table.load(table)
-        qsl_view = call.qsl.load(torch.from_numpy(qsl).to(device))
-        pos_view = call.positions.load(torch.from_numpy(positions).to(device))
         kw = dict(kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size, cp_world_size=W,
-                  cp_interleave=I)
-        outs = []
-        for R in range(W):
-            out_view = call.out.load(torch.full((Tmax,), UNWRITTEN, dtype=torch.int64, device=device))
-            try:
-                self.kernel(qsl_view, pos_view, table_view, out_view, cp_rank=R, **kw)
-            except Exception as e:  # a kernel that refuses valid input is wrong too
-                raise Discrepancy(f"group {g} rank {R} slot mapping",
-                                  f"the kernel raised {type(e).__name__}: {e}") from e
+                  cp_interleave=lay.interleave)
+        call = self._slot_calls(g, qsl, positions, N, range(W), kw)
+        try:
             call.check()
-            outs.append(out_view.clone())
-        out = torch.stack(outs)
+        except Discrepancy:
+            for R in range(W if W > 1 else 0):  # which rank's call did it: each alone, checked alone
+                self._slot_calls(g, qsl, positions, N, [R], kw).check()
+            raise
+        out = call.outputs
         actual = out.cpu().numpy()
         every_rank = reference_slot_mappings(qsl, positions, self.ref_tables[g].device, Tmax, **kw)
         for R in range(W):
@@ -454,7 +454,32 @@ class Lockstep:
         cache = self.caches[g]
         cache.copy_blocks([(s + self.world.id_offset, d + self.world.id_offset) for s, d in ref_pairs],
                           lay.kv_block_size)
-        cache.write(out, torch.from_numpy(values).to(device))
+        cache.write(out, torch.from_numpy(values).to(self.backend.device))
+
+    def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Any,
+                    kw: dict[str, int]) -> GuardedCall:
+        """The kernel under test on group g's committed table for each of `ranks`, all on
+        one set of guarded inputs, each into its own guarded output. The guards are
+        the caller's to check (once for every rank: one device sync, not one per rank)."""
+        device = self.backend.device
+        table = self.tables[g].device_tensor
+        ranks = list(ranks)
+        call = GuardedCall(table.shape[0], table.shape[1], N, len(positions), self.world.max_num_batched_tokens,
+                           device, outputs=tuple(f"group {g} rank {R} slot_mapping" for R in ranks),
+                           label=f"group {g} rank {ranks[0]}" if len(ranks) == 1 else f"group {g}")
+        table_view = call.table.load(table)
+        qsl_view = call.qsl.load(torch.from_numpy(qsl).to(device))
+        pos_view = call.positions.load(torch.from_numpy(positions).to(device))
+        for i, R in enumerate(ranks):
+            try:
+                # The inputs are the same for every rank: our wrappers' data checks (each
+                # a device sync) see them on the first call; repeating them adds nothing.
+                with data_checks(i == 0):
+                    self.kernel(qsl_view, pos_view, table_view, call.output(i), cp_rank=R, **kw)
+            except Exception as e:  # a kernel that refuses valid input is wrong too
+                raise Discrepancy(f"group {g} rank {R} slot mapping",
+                                  f"the kernel raised {type(e).__name__}: {e}") from e
+        return call
 
     def _read_back(self, g: int) -> None:
         """SPEC §7: every live sequence, read through the device table on every rank,

@@ -61,10 +61,13 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
         def step(self, query: list[int], pad: int) -> None:
             self.apply(op="step", query=query, pad=pad)
 
-        @rule(pad=st.integers(0, 1))
-        def decode(self, pad: int) -> None:
-            """Every running request computes one token (copy-on-write after forks)."""
-            self.apply(op="step", query=[1] * self.run.world.max_num_reqs, pad=pad)
+        @rule(pad=st.integers(0, 1), iterations=st.integers(1, 4))
+        def decode(self, pad: int, iterations: int) -> None:
+            """Every running request computes one token (copy-on-write after forks), for
+            a few engine iterations in a row, as a serving engine mostly does: each one
+            a separate step, compared after it like any other."""
+            for _ in range(iterations):
+                self.apply(op="step", query=[1] * self.run.world.max_num_reqs, pad=pad)
 
         @precondition(lambda self: self.run.live())
         @rule(which=WHICH, length=strategies.prefill_lengths())
@@ -127,6 +130,7 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
             rows = self.run.world.max_num_reqs
             self.apply(op="swap", a=a % rows, b=b % rows)
 
+        @precondition(lambda self: self.run.condensable())
         @rule()
         def condense(self) -> None:
             self.apply(op="condense")

@@ -81,6 +81,11 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("K17", "kernel", SLOTS, "block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)",
            "block = tl.load(row_ptr + col, mask=local & (col < width), other=0).to(tl.int64)",
            "lanes with no token read row 0 of the table (an empty batch's table may have no rows)"),
+    Mutant("K18", "kernel", SLOTS, "if tl.load(qsl_ptr + r0 + 1) >= first + BLOCK:",
+           "if tl.load(qsl_ptr + r0 + 1) >= first + BLOCK - 1:",
+           "whole-tile test off by one: a tile whose last token starts the next request is mapped as one request's"),
+    Mutant("K19", "kernel", SLOTS, "if first + BLOCK <= num_tokens:", "if first + BLOCK <= max_num_tokens:",
+           "unmasked tiles decided by Tmax: tail tiles map stray positions instead of padding with -1"),
     # -- the block table ------------------------------------------------------------------
     Mutant("T01", "table", TABLE, "(blocks.astype(np.int64)[:, None] * P + np.arange(P))",
            "(blocks.astype(np.int64)[:, None] + np.arange(P) * P)",

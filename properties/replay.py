@@ -15,7 +15,7 @@ from blocktable.properties import fault
 from blocktable.properties.case import Case
 from blocktable.properties.compare import Discrepancy, check_slot_mapping
 from blocktable.properties.guard import GuardedCall
-from blocktable.properties.lockstep import UNWRITTEN, Lockstep
+from blocktable.properties.lockstep import Lockstep
 from blocktable.reference import slot_mapping as reference_slot_mapping
 
 
@@ -63,7 +63,7 @@ def run_slot_call(call: dict[str, Any], kernel: SlotMappingFn, backend: Backend)
     args = (guarded.qsl.load(torch.from_numpy(qsl).to(device)),
             guarded.positions.load(torch.from_numpy(positions).to(device)),
             guarded.table.load(torch.from_numpy(table).to(device)),
-            guarded.out.load(torch.full((tmax,), UNWRITTEN, dtype=torch.int64, device=device)))
+            guarded.output())
     try:
         kernel(*args, **config)
         guarded.check()

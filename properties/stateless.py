@@ -23,7 +23,6 @@ from blocktable.properties.fuzz import Send, _setup, send_failure
 from blocktable.properties import fault
 from blocktable.properties.guard import GuardedCall
 from blocktable.properties.journal import Journal
-from blocktable.properties.lockstep import UNWRITTEN
 from blocktable.properties.replay import run_slot_call, slot_call
 from blocktable.properties.strategies import divisors
 from blocktable.properties.vectorized import slot_mapping_vectorized
@@ -75,7 +74,7 @@ def random_call(rng: np.random.Generator, gen: torch.Generator, device: torch.de
 def run_guarded(kernel: Any, config: dict[str, int], qsl: torch.Tensor, positions: torch.Tensor,
                 table: torch.Tensor, tmax: int) -> torch.Tensor:
     call = GuardedCall(table.shape[0], table.shape[1], qsl.numel() - 1, positions.numel(), tmax, positions.device)
-    out = call.out.load(torch.full((tmax,), UNWRITTEN, dtype=torch.int64, device=positions.device))
+    out = call.output()
     kernel(call.qsl.load(qsl), call.positions.load(positions), call.table.load(table), out, **config)
     call.check()
     return out

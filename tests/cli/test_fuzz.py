@@ -123,6 +123,10 @@ def test_a_kernel_that_kills_its_process_leaves_a_replayable_case(cli, tmp_path,
     assert code == 1 and "was killed by signal SIGSEGV" in replayed
 
 
+# The crash tests exercise the parent's crash handling with a numpy plug-in, so they
+# pin the CPU device: on a GPU every replay process would first start CUDA (seconds
+# each), and shrinking within its budget would reach less there (README, limitations).
+ON_THE_CPU = ("--device", "cpu")
 CRASHES = {
     "segfault": (SEGFAULT, "was killed by signal SIGSEGV"),
     # On a GPU this error poisons the process; the harness ends it and treats it as a crash.
@@ -139,7 +143,7 @@ def test_a_crash_in_a_lockstep_program_is_shrunk(cli, tmp_path, plugin_file, cra
     path = crashing_plugin(tmp_path / "crash_on_four.py", plugin_file(name="good.py"),
                            "query_start_loc.numel() > 4", statement)  # four or more requests in one call
     code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "100", "--seed", "1",
-                    "--out", str(tmp_path / "cases"))
+                    "--out", str(tmp_path / "cases"), *ON_THE_CPU)
     assert code == 1, out
     assert f"{said} during step 5" in out
     found, shrunk = map(int, out.split("shrunk the crash from ")[1].split(" steps")[0].split(" to "))
@@ -150,14 +154,14 @@ def test_a_crash_in_a_lockstep_program_is_shrunk(cli, tmp_path, plugin_file, cra
     assert set(data["program"][-1]["query"]) == {0}  # four running requests suffice, even with no tokens
     assert data["failure"]["found_with_steps"] == found
     assert sorted(p.name for p in (tmp_path / "cases").iterdir()) == sorted(["journal.jsonl", case.name])
-    code, replayed = cli("replay", str(case))
+    code, replayed = cli("replay", str(case), *ON_THE_CPU)
     assert code == 1 and f"{said} during step 5" in replayed
 
 
 def test_a_crash_in_a_stateless_batch_says_which_and_how_to_repeat_it(cli, tmp_path, plugin_file):
     path = crashing_plugin(tmp_path / "crash_on_big.py", plugin_file(name="good.py"), "positions.numel() > 1000")
     code, out = cli("fuzz", "--stateless", "--kernel", f"{path}:slot_mapping", "--examples", "50", "--seed", "3",
-                    "--out", str(tmp_path / "cases"))
+                    "--out", str(tmp_path / "cases"), *ON_THE_CPU)
     assert code == 1, out
     assert "was killed by signal SIGSEGV during stateless batch" in out
     tokens = int(out.split(" requests, ")[1].split(" tokens")[0])

@@ -2,28 +2,43 @@
 whole [Tmax] output. The output is poisoned before every launch, so a slot the
 kernel forgets to write shows as the poison value instead of passing by luck."""
 
+import contextlib
+from unittest import mock
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 
-from blocktable import plugin
+from blocktable import plugin, slots
 from blocktable.properties import strategies
 from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.reference import slot_mapping as reference_slot_mapping
 
 POISON = 0x5A5A5A5A5A5A5A5A  # never a slot and never -1
 KERNELS = ["triton-tiled", "triton-specialized", "triton-per-request"]
+# The tiled kernels with their launch forced to 16-token tiles, in both search modes,
+# so that small inputs hold unmasked tiles, tiles inside one request, tiles spanning
+# several, and a masked tail (the default launches use 256- or 1024-token tiles).
+SMALL_TILES = {"tiled-16-per-token": ("triton-tiled", (16, 4, False)),
+               "tiled-16-whole-tiles": ("triton-tiled", (16, 4, True)),
+               "specialized-16-whole-tiles": ("triton-specialized", (16, 4, True))}
+VARIANTS = [*KERNELS, *SMALL_TILES]
+# Random calls draw many configurations, and on a GPU the specialized kernel compiles
+# for each; its body is the tiled one's, so small tiles run on the run-time kernel.
+RANDOM_VARIANTS = [*KERNELS, "tiled-16-per-token", "tiled-16-whole-tiles"]
 
 
 def launch(name, qsl, positions, table, tmax, device, **kw):
+    kernel, forced = SMALL_TILES.get(name, (name, None))
     out = torch.full((tmax,), POISON, dtype=torch.int64, device=device)
-    plugin.load(name)(torch.from_numpy(qsl).to(device), torch.from_numpy(positions).to(device),
-                      torch.from_numpy(table).to(device), out, **kw)
+    with mock.patch.object(slots, "tiled_launch", lambda *a, **k: forced) if forced else contextlib.nullcontext():
+        plugin.load(kernel)(torch.from_numpy(qsl).to(device), torch.from_numpy(positions).to(device),
+                            torch.from_numpy(table).to(device), out, **kw)
     return out.cpu().numpy()
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", VARIANTS)
 @pytest.mark.parametrize("example", SPEC_EXAMPLES, ids=lambda e: e.name)
 def test_spec_worked_example(backend, kernel, example):
     qsl, pos, table = example.inputs()
@@ -31,7 +46,7 @@ def test_spec_worked_example(backend, kernel, example):
     assert np.array_equal(got, example.expected_mapping())
 
 
-@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kernel", RANDOM_VARIANTS)
 @given(case=strategies.slot_cases())
 def test_random_calls_match_the_reference(backend, kernel, case):
     expected = reference_slot_mapping(case.query_start_loc, case.positions, case.block_table,
@@ -56,6 +71,39 @@ def test_tile_boundaries(backend, kernel, lengths):
     kw = dict(kv_block_size=K, kernel_block_size=B)
     expected = reference_slot_mapping(qsl, positions, table, tmax, **kw)
     assert np.array_equal(launch(kernel, qsl, positions, table, tmax, backend.device, **kw), expected)
+
+
+@pytest.mark.parametrize("interpreted, tmax, tokens, requests, expected", [
+    (False, 1024, 1024, 1024, (256, 8, False)),  # decode: every tile spans requests
+    (False, 8192, 8192, 64, (256, 8, False)),  # 128-token requests, shorter than a tile
+    (False, 16384, 16384, 1, (256, 8, True)),  # one long prefill
+    (False, 2**20, 2**20, 256, (1024, 4, True)),  # large: the specialized kernel's tiles
+    (False, 2**20, 2**20, 2**20, (1024, 4, False)),
+    (True, 16, 3, 3, (1024, 4, True)),  # the interpreter: always whole tiles first
+])
+def test_the_launch_takes_the_whole_tile_search_where_requests_span_tiles(interpreted, tmax, tokens, requests,
+                                                                          expected):
+    backend = mock.Mock(interpreted=interpreted)
+    assert slots.tiled_launch(backend, tmax, tokens, requests, specialized=True) == expected
+
+
+@pytest.mark.parametrize("kernel", list(SMALL_TILES))
+def test_a_request_edge_at_every_offset_of_a_tile(backend, kernel):
+    """Two requests meeting at each token of the first three 16-token tiles (then an
+    empty request and a short one): a tile whose first request ends one token early
+    must not be mapped as that request's alone."""
+    K = B = 16
+    rng = np.random.default_rng(0)
+    table = rng.integers(1, 2**31 - 1, size=(5, 8), dtype=np.int32)
+    kw = dict(kv_block_size=K, kernel_block_size=B)
+    for split in range(49):
+        lengths = (split, 48 - split, 0, 3)
+        qsl = np.zeros(5, np.int32)
+        qsl[1:] = np.cumsum(lengths)
+        positions = np.concatenate([np.arange(n, dtype=np.int64) + 5 * r for r, n in enumerate(lengths)])
+        expected = reference_slot_mapping(qsl, positions, table, 56, **kw)
+        got = launch(kernel, qsl, positions, table, 56, backend.device, **kw)
+        assert np.array_equal(got, expected), f"requests of {lengths} tokens"
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
