@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -456,7 +456,7 @@ class Lockstep:
                           lay.kv_block_size)
         cache.write(out, torch.from_numpy(values).to(self.backend.device))
 
-    def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Any,
+    def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Iterable[int],
                     kw: dict[str, int]) -> GuardedCall:
         """The kernel under test on group g's committed table for each of `ranks`, all on
         one set of guarded inputs, each into its own guarded output. The guards are
