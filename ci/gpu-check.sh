@@ -19,7 +19,7 @@ $PY -m pip install -q --no-deps --no-build-isolation --no-index -e . > /tmp/inst
 } | tee "$OUT/machine.txt"
 
 step "tests (pytest -n $JOBS)"
-timeout ${TEST_TIMEOUT:-300} $PY -m pytest -n "$JOBS" -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/pytest.log" | tail -25
+timeout ${TEST_TIMEOUT:-600} $PY -m pytest -n "$JOBS" -q -p no:cacheprovider -rs 2>&1 | tee "$OUT/pytest.log" | tail -25
 
 step bench
 timeout ${BENCH_TIMEOUT:-150} blocktable bench --out "$OUT/bench" 2>&1 | tail -45

@@ -91,9 +91,10 @@ def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num
 
     A tile of scheduled tokens only is loaded and stored without masks (a mask whose
     bound is a run-time value keeps Triton from vectorizing), streaming past the
-    caches. With WHOLE_TILES (large batches, where most tiles lie inside one
-    request) one scalar search finds the tile's first request, and a tile that
-    request covers skips the per-token search. Other tiles search per token."""
+    caches. With WHOLE_TILES (chosen where requests average a tile or more, so most
+    tiles lie inside one request) one scalar search finds the tile's first request,
+    and a tile that request covers skips the per-token search. Other tiles search
+    per token."""
     first = tl.program_id(0).to(tl.int64) * BLOCK
     t = first + tl.arange(0, BLOCK)
     if first + BLOCK <= num_tokens:
