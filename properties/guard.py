@@ -31,8 +31,6 @@ class Guarded:
 
     def __init__(self, shape: tuple[int, ...], pad: tuple[int, ...], dtype: torch.dtype, fill: int,
                  device: torch.device, lead: bool = True) -> None:
-        self.pad = pad
-        self.lead = lead
         self.fill = fill
         outer = tuple(n + (2 if lead else 1) * p for n, p in zip(shape, pad))
         self.buffer = torch.full(outer, fill, dtype=dtype, device=device)
