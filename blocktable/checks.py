@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
+import numpy as np
 import torch
 
 from blocktable.device import Backend, check_tensor, current
@@ -79,18 +80,18 @@ def check_slot_inputs(query_start_loc: torch.Tensor, positions: torch.Tensor, bl
 
 def _check_data(query_start_loc: torch.Tensor, positions: torch.Tensor, N: int, T: int) -> None:
     # One read-back for every check (query_start_loc and whether any position is
-    # negative), since each read-back waits for the device.
+    # negative), since each read-back waits for the device; the rest on the host.
     negative = positions < 0
-    head = torch.cat([query_start_loc.to(torch.int64), negative.any().to(torch.int64).view(1)]).cpu()
+    head = torch.cat([query_start_loc.to(torch.int64), negative.any().to(torch.int64).view(1)]).cpu().numpy()
     qsl, any_negative = head[:-1], bool(head[-1])
-    if int(qsl[0]) != 0:
+    if qsl[0] != 0:
         raise ValueError(f"query_start_loc[0] must be 0, got {int(qsl[0])}")
     if N:
-        steps = qsl[1:] - qsl[:-1]
-        if bool((steps < 0).any()):
-            r = int(torch.nonzero(steps < 0)[0, 0])
+        falls = np.flatnonzero(qsl[1:] < qsl[:-1])
+        if len(falls):
+            r = int(falls[0])
             raise ValueError(f"query_start_loc decreases at request {r}: {int(qsl[r])} -> {int(qsl[r + 1])}")
-    if int(qsl[N]) != T:
+    if qsl[N] != T:
         raise ValueError(f"query_start_loc[N] = {int(qsl[N])} but there are {T} positions")
     if any_negative:
         t = int(torch.nonzero(negative)[0, 0])

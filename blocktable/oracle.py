@@ -67,13 +67,16 @@ class DeviceCache:
     def state_snapshot(self) -> dict[str, np.ndarray]:
         return {"data": self.values().copy()}
 
-    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor) -> None:
+    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor, host_copy: np.ndarray | None = None) -> None:
         """cache[r, slot_mappings[r, t]] = values[t] for every rank r and t < len(values),
-        skipping slots < 0. slot_mappings is [ranks, Tmax] (or [Tmax] for one rank)."""
+        skipping slots < 0. slot_mappings is [ranks, Tmax] (or [Tmax] for one rank).
+        host_copy: the same slot mappings already read back by the caller; the
+        checks then run on it and need no device sync of their own."""
         from blocktable.kernels.kv_oracle import write_values
 
         if isinstance(slot_mappings, torch.Tensor) and slot_mappings.dim() == 1:
             slot_mappings = slot_mappings[None, :]
+            host_copy = None if host_copy is None else host_copy[None, :]
         check_tensor("slot_mappings", slot_mappings, torch.int64, 2, self.backend)
         check_tensor("values", values, torch.int64, 1, self.backend)
         if slot_mappings.shape[0] != self.ranks:
@@ -85,7 +88,9 @@ class DeviceCache:
             raise ValueError("slot_mappings rows and values must be contiguous")
         used = slot_mappings[:, :T]
         # The checks run on a host copy: one device sync instead of one per check.
-        slots = used.cpu().numpy()
+        if host_copy is not None and host_copy.shape != tuple(slot_mappings.shape):
+            raise ValueError(f"host copy of shape {host_copy.shape} for slot mappings {tuple(slot_mappings.shape)}")
+        slots = used.cpu().numpy() if host_copy is None else host_copy[:, :T]
         index = slots[slots >= 0] - self.slot_base
         outside = (index < 0) | (index >= self.num_slots)
         if outside.any():
@@ -136,29 +141,42 @@ class DeviceCache:
         copy_blocks[(len(pairs), self.ranks)](ids[:, 0].contiguous(), ids[:, 1].contiguous(), self.data,
                                               self.num_slots, block_slots, self.slot_base, BLOCK=tile)
 
-    def gather(self, block_table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, *,
-               kv_block_size: int, kernel_block_size: int, cp_world_size: int = 1,
+    def gather(self, block_table: torch.Tensor, rows: torch.Tensor | np.ndarray, positions: torch.Tensor | np.ndarray,
+               *, kv_block_size: int, kernel_block_size: int, cp_world_size: int = 1,
                cp_interleave: int = 1) -> torch.Tensor:
         """[ranks, M]: for each rank and i, the value it holds for position positions[i]
         of table row rows[i]; POISON where the rank does not hold it, OUT_OF_CACHE
-        where the row points outside the cache. One rank per DCP rank of W."""
+        where the row points outside the cache. One rank per DCP rank of W. rows and
+        positions may be host arrays (int32, int64): checked there, then sent."""
         from blocktable.kernels.kv_oracle import gather
 
         check_tensor("block_table", block_table, torch.int32, 2, self.backend)
-        check_tensor("rows", rows, torch.int32, 1, self.backend)
-        check_tensor("positions", positions, torch.int64, 1, self.backend)
+        on_host = isinstance(rows, np.ndarray) and isinstance(positions, np.ndarray)
+        if on_host:
+            for name, array, dtype in (("rows", rows, np.int32), ("positions", positions, np.int64)):
+                if array.dtype != dtype or array.ndim != 1:
+                    raise TypeError(f"{name} must be a 1-D {np.dtype(dtype)} array, got {array.dtype} {array.shape}")
+        else:
+            check_tensor("rows", rows, torch.int32, 1, self.backend)
+            check_tensor("positions", positions, torch.int64, 1, self.backend)
         if cp_world_size != self.ranks:
             raise ValueError(f"a cache of {self.ranks} ranks read as {cp_world_size} DCP ranks")
-        M = positions.numel()
-        if rows.numel() != M:
-            raise ValueError(f"{rows.numel()} rows for {M} positions")
+        M = len(positions)
+        if len(rows) != M:
+            raise ValueError(f"{len(rows)} rows for {M} positions")
         if M:
-            bad_row, bad_position = torch.stack([((rows < 0) | (rows >= block_table.shape[0])).any(),
-                                                 (positions < 0).any()]).tolist()  # one device sync for both
+            if on_host:
+                bad_row, bad_position = ((rows < 0) | (rows >= block_table.shape[0])).any(), (positions < 0).any()
+            else:
+                bad_row, bad_position = torch.stack([((rows < 0) | (rows >= block_table.shape[0])).any(),
+                                                     (positions < 0).any()]).tolist()  # one device sync for both
             if bad_row:
                 raise ValueError(f"gather: a row index lies outside the table's {block_table.shape[0]} rows")
             if bad_position:
                 raise ValueError("gather: positions must be >= 0")
+        if on_host:
+            sent = torch.from_numpy(np.concatenate([rows.astype(np.int64), positions])).to(self.backend.device)
+            rows, positions = sent[:M].to(torch.int32), sent[M:]
         if self.engine == "torch":
             return self._gather_torch(block_table, rows, positions, kv_block_size, kernel_block_size,
                                       cp_world_size, cp_interleave)

@@ -105,7 +105,7 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
     prov = provenance("interpreter" if backend.interpreted else backend.describe(), seed=payload["seed"],
                       profile=payload["profile"])
     start = time.monotonic()
-    stats: dict[str, Any] = {"examples": 0, "steps": 0, "operations": 0, "events": Counter()}
+    stats: dict[str, Any] = {"examples": 0, "steps": 0, "steps_with_tokens": 0, "operations": 0, "events": Counter()}
 
     for example in SPEC_EXAMPLES:
         qsl, positions, table = example.inputs()
@@ -183,13 +183,15 @@ def _account(runs: list[Any], stats: dict[str, Any]) -> None:
             continue
         run._counted = True
         stats["steps"] += run.steps_checked
+        stats["steps_with_tokens"] += run.steps_with_tokens
         stats["operations"] += len(run.program)
         stats["events"].update(run.events)
 
 
 def _public(stats: dict[str, Any], start: float) -> dict[str, Any]:
     first = stats.get("first_failure")
-    return {"examples": stats["examples"], "steps": stats["steps"], "operations": stats["operations"],
+    return {"examples": stats["examples"], "steps": stats["steps"], "steps_with_tokens": stats["steps_with_tokens"],
+            "operations": stats["operations"],
             "events": dict(stats["events"]), "elapsed": time.monotonic() - start,
             "first_failure_s": None if first is None else first - start,
             "examples_to_failure": stats.get("examples_to_failure")}

@@ -6,10 +6,18 @@ the table) reads poison and produces a slot the reference never would, even on t
 CPU, where the interpreter reads stray memory silently. Inputs get trailing guards
 too, and the output sits between guard cells that the kernel must leave alone.
 After each call the guards, and the inputs, must be exactly as they were.
+
+Two ways to hold them. GuardedCall makes and checks every buffer on the device:
+the stateless fuzzer's batches are made there and are too big to bring back.
+StagedCall, for the lockstep machines' small calls, lays every buffer out on the
+host, sends them in one copy and brings them back, outputs included, in one
+read-back: on a GPU each small device operation costs about as much as the
+kernel, and a step makes one such call per group.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from blocktable.properties.compare import Discrepancy
@@ -27,13 +35,15 @@ UNWRITTEN = 0x5A5A5A5A5A5A5A5A  # poured into every kernel output first: an unwr
 
 
 class Guarded:
-    """A tensor of `shape` living inside a buffer of `fill`, margin `pad` per dim."""
+    """A tensor of `shape` living inside a buffer of `fill`, margin `pad` per dim
+    (before and after, or after only). The buffer is allocated on `device` unless
+    `buffer` (already holding the guards) is given."""
 
     def __init__(self, shape: tuple[int, ...], pad: tuple[int, ...], dtype: torch.dtype, fill: int,
-                 device: torch.device, lead: bool = True) -> None:
+                 device: torch.device, lead: bool = True, buffer: torch.Tensor | None = None) -> None:
         self.fill = fill
-        outer = tuple(n + (2 if lead else 1) * p for n, p in zip(shape, pad))
-        self.buffer = torch.full(outer, fill, dtype=dtype, device=device)
+        self.outer = tuple(n + (2 if lead else 1) * p for n, p in zip(shape, pad))
+        self.buffer = torch.full(self.outer, fill, dtype=dtype, device=device) if buffer is None else buffer
         self.index = tuple(slice(p if lead else 0, (p if lead else 0) + n) for n, p in zip(shape, pad))
         self.view = self.buffer[self.index]
         self.pristine: torch.Tensor | None = None
@@ -50,12 +60,14 @@ class Guarded:
         self.pristine = None
         return self.view
 
-    def changed(self) -> torch.Tensor:
-        """Where the buffer differs from what the kernel was handed (the view of an
-        output excepted)."""
-        if self.pristine is not None:
-            return self.buffer != self.pristine
-        changed = self.buffer != self.fill
+    def changed(self, now=None, pristine=None):
+        """Where the buffer (or `now`, its copy on the host) differs from what the
+        kernel was handed, the view of an output excepted."""
+        now = self.buffer if now is None else now
+        pristine = self.pristine if pristine is None else pristine
+        if pristine is not None:
+            return now != pristine
+        changed = now != self.fill
         changed[self.index] = False
         return changed
 
@@ -77,14 +89,24 @@ class GuardedCall:
     each call's output in reports, `label` the calls themselves."""
 
     def __init__(self, rows: int, width: int, num_reqs: int, num_tokens: int, max_tokens: int,
-                 device: torch.device, outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
-        self.table = Guarded((rows, width), (GUARD_ROWS, GUARD_COLS), torch.int32, GUARD_BLOCK, device)
-        self.qsl = Guarded((num_reqs + 1,), (GUARD_TOKENS,), torch.int32, GUARD_QSL, device, lead=False)
-        self.positions = Guarded((num_tokens,), (GUARD_TOKENS,), torch.int64, GUARD_POSITION, device, lead=False)
-        self.out = Guarded((len(outputs), max_tokens), (0, GUARD_TOKENS), torch.int64, GUARD_SLOT, device)
-        self.outputs = self.out.pour(UNWRITTEN)  # [calls, max_tokens]: every slot UNWRITTEN
+                 device: torch.device, outputs: tuple[str, ...] = ("slot_mapping",), label: str = "",
+                 buffers: tuple[torch.Tensor, ...] | None = None) -> None:
+        given = buffers or (None,) * 4
+        self.table = Guarded((rows, width), (GUARD_ROWS, GUARD_COLS), torch.int32, GUARD_BLOCK, device,
+                             buffer=given[0])
+        self.qsl = Guarded((num_reqs + 1,), (GUARD_TOKENS,), torch.int32, GUARD_QSL, device, lead=False,
+                           buffer=given[1])
+        self.positions = Guarded((num_tokens,), (GUARD_TOKENS,), torch.int64, GUARD_POSITION, device, lead=False,
+                                 buffer=given[2])
+        self.out = Guarded((len(outputs), max_tokens), (0, GUARD_TOKENS), torch.int64, GUARD_SLOT, device,
+                           buffer=given[3])
+        self.outputs = self.out.view if buffers else self.out.pour(UNWRITTEN)  # [calls, max_tokens]: UNWRITTEN
         self.names = outputs
         self.label = label
+
+    def parts(self) -> list[tuple[Guarded, str | None]]:
+        return [(self.table, "block_table"), (self.qsl, "query_start_loc"), (self.positions, "positions"),
+                (self.out, None)]
 
     def output(self, i: int = 0) -> torch.Tensor:
         """Call i's output."""
@@ -93,15 +115,82 @@ class GuardedCall:
     def check(self) -> None:
         """Every guard and input as it was. One device sync for every call together
         (nothing touched is the common case); the detail only on failure."""
-        parts = [(self.table, "block_table"), (self.qsl, "query_start_loc"), (self.positions, "positions"),
-                 (self.out, None)]
-        changes = [guarded.changed() for guarded, _ in parts]
-        if not bool(torch.stack([c.any() for c in changes]).any()):
-            return
-        for (guarded, what), changed in zip(parts, changes):
-            if bool(changed.any()):
-                where = [int(i) for i in torch.nonzero(changed)[0]]
+        changes = [guarded.changed() for guarded, _ in self.parts()]
+        if bool(torch.stack([c.any() for c in changes]).any()):
+            self._report([c.cpu().numpy() for c in changes])
+
+    def _report(self, changes: list[np.ndarray]) -> None:
+        """Raise for the first part with a change in it."""
+        for (guarded, what), changed in zip(self.parts(), changes):
+            if changed.any():
+                where = [int(i) for i in np.argwhere(changed)[0]]
                 name = f"{self.label} {what or self.names[where[0]]}".strip()
                 place = "outside" if what is None else "into"
                 raise Discrepancy(f"{name} guard", f"the kernel wrote {place} {name} (buffer index {where}, "
                                                    f"{int(changed.sum())} elements changed)")
+
+
+ALIGN = 64  # bytes: each buffer starts where a fresh allocation would be aligned
+
+
+class StagedCall(GuardedCall):
+    """A GuardedCall on host inputs (the table excepted, which is the implementation's
+    own device tensor): every buffer is laid out on the host in one byte array and
+    sent in one copy; `check` brings all of them back, with the table they were
+    copied from, in one read-back and compares on the host."""
+
+    def __init__(self, table: torch.Tensor, qsl: np.ndarray, positions: np.ndarray, max_tokens: int,
+                 outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
+        rows, width = table.shape
+        plan = [((rows, width), (GUARD_ROWS, GUARD_COLS), np.int32, GUARD_BLOCK, True, None),
+                ((len(qsl),), (GUARD_TOKENS,), np.int32, GUARD_QSL, False, qsl),
+                ((len(positions),), (GUARD_TOKENS,), np.int64, GUARD_POSITION, False, positions),
+                ((len(outputs), max_tokens), (0, GUARD_TOKENS), np.int64, GUARD_SLOT, True, UNWRITTEN)]
+        outers = [tuple(n + (2 if lead else 1) * p for n, p in zip(shape, pad)) for shape, pad, _, _, lead, _ in plan]
+        self.spans: list[tuple[int, int]] = []
+        end = 0
+        for outer, (_, _, dtype, _, _, _) in zip(outers, plan):
+            start = -(-end // ALIGN) * ALIGN
+            end = start + int(np.prod(outer)) * np.dtype(dtype).itemsize
+            self.spans.append((start, end))
+        # What the kernel is handed, byte for byte; self.host views each buffer in it.
+        self.packed = np.zeros(end, dtype=np.uint8)
+        self.host = [self.packed[a:b].view(dtype).reshape(outer)
+                     for (a, b), outer, (_, _, dtype, _, _, _) in zip(self.spans, outers, plan)]
+        for host, (shape, pad, _, fill, lead, inside) in zip(self.host, plan):
+            host[...] = fill
+            if inside is not None:
+                host[tuple(slice(p if lead else 0, (p if lead else 0) + n) for n, p in zip(shape, pad))] = inside
+        self.device_bytes = torch.from_numpy(self.packed).to(table.device, copy=True)  # never `packed` itself
+        buffers = tuple(self.device_bytes[a:b].view(_TORCH[host.dtype]).reshape(host.shape)
+                        for host, (a, b) in zip(self.host, self.spans))
+        super().__init__(rows, width, len(qsl) - 1, len(positions), max_tokens, table.device, outputs, label,
+                         buffers=buffers)
+        self.source = table
+        self.table.view.copy_(table)
+
+    def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(query_start_loc, positions, block_table) as the kernel is handed them."""
+        return handed(self.qsl.view), handed(self.positions.view), handed(self.table.view)
+
+    def check(self) -> np.ndarray:
+        """Every guard and input as it was; returns the outputs [calls, max_tokens]
+        on the host. One read-back for everything, one comparison when nothing was
+        touched (the common case); the detail only on failure."""
+        source = self.source.reshape(-1).view(torch.uint8)
+        back = torch.cat([self.device_bytes, source]).cpu().numpy()
+        handed_bytes, table = back[:len(self.packed)], back[len(self.packed):]
+        now = [handed_bytes[a:b].view(host.dtype).reshape(host.shape) for host, (a, b) in zip(self.host, self.spans)]
+        self.host[0][self.table.index] = table.view(np.int32).reshape(self.source.shape)  # as it was copied
+        outputs = now[3][self.out.index]
+        self.host[3][self.out.index] = outputs  # the kernel's to write
+        if np.array_equal(handed_bytes, self.packed):
+            return outputs
+        self.host[3][self.out.index] = UNWRITTEN
+        self._report([guarded.changed(n, None if guarded is self.out else host)
+                      for (guarded, _), n, host in zip(self.parts(), now, self.host)])
+        where = int(np.flatnonzero(handed_bytes != self.packed)[0])
+        raise Discrepancy(f"{self.label} guard".strip(), f"the kernel wrote between the guarded buffers (byte {where})")
+
+
+_TORCH = {np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64}

@@ -34,7 +34,7 @@ from blocktable.pool import BlockPool
 from blocktable.properties import fault
 from blocktable.properties.compare import (Discrepancy, assert_arrays_equal, assert_pool_equal,
                                            assert_table_equal, check_slot_mapping)
-from blocktable.properties.guard import GuardedCall
+from blocktable.properties.guard import StagedCall
 from blocktable.properties.world import WorldConfig
 from blocktable.reference import (BlockPool as ReferencePool, History, MultiGroupBlockTable as ReferenceGroups,
                                   SequenceBlocks as ReferenceSequences,
@@ -71,6 +71,7 @@ class Lockstep:
         self.events: Counter[str] = Counter()
         self.program: list[dict[str, Any]] = []
         self.steps_checked = 0
+        self.steps_with_tokens = 0  # of those, steps that scheduled at least one token
         self.failed_at: float | None = None  # when a step first failed (time.monotonic)
 
         # The reference side.
@@ -387,6 +388,7 @@ class Lockstep:
         for g in range(len(self.layouts)):
             self._read_back(g)
         self.steps_checked += 1
+        self.steps_with_tokens += bool(len(positions))
 
     def _grow(self, rid: int, row: int, q: int) -> int:
         """How many tokens request rid computes this step, allocating (and copying on
@@ -436,13 +438,11 @@ class Lockstep:
                   cp_interleave=lay.interleave)
         call = self._slot_calls(g, qsl, positions, N, range(W), kw)
         try:
-            call.check()
+            actual = call.check()
         except Discrepancy:
             for R in range(W if W > 1 else 0):  # which rank's call did it: each alone, checked alone
                 self._slot_calls(g, qsl, positions, N, [R], kw).check()
             raise
-        out = call.outputs
-        actual = out.cpu().numpy()
         every_rank = reference_slot_mappings(qsl, positions, self.ref_tables[g].device, Tmax, **kw)
         for R in range(W):
             expected = every_rank[R]
@@ -454,22 +454,18 @@ class Lockstep:
         cache = self.caches[g]
         cache.copy_blocks([(s + self.world.id_offset, d + self.world.id_offset) for s, d in ref_pairs],
                           lay.kv_block_size)
-        cache.write(out, torch.from_numpy(values).to(self.backend.device))
+        cache.write(call.outputs, torch.from_numpy(values).to(self.backend.device), host_copy=actual)
 
     def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Iterable[int],
-                    kw: dict[str, int]) -> GuardedCall:
+                    kw: dict[str, int]) -> StagedCall:
         """The kernel under test on group g's committed table for each of `ranks`, all on
         one set of guarded inputs, each into its own guarded output. The guards are
         the caller's to check (once for every rank: one device sync, not one per rank)."""
-        device = self.backend.device
-        table = self.tables[g].device_tensor
         ranks = list(ranks)
-        call = GuardedCall(table.shape[0], table.shape[1], N, len(positions), self.world.max_num_batched_tokens,
-                           device, outputs=tuple(f"group {g} rank {R} slot_mapping" for R in ranks),
-                           label=f"group {g} rank {ranks[0]}" if len(ranks) == 1 else f"group {g}")
-        table_view = call.table.load(table)
-        qsl_view = call.qsl.load(torch.from_numpy(qsl).to(device))
-        pos_view = call.positions.load(torch.from_numpy(positions).to(device))
+        call = StagedCall(self.tables[g].device_tensor, qsl, positions, self.world.max_num_batched_tokens,
+                          outputs=tuple(f"group {g} rank {R} slot_mapping" for R in ranks),
+                          label=f"group {g} rank {ranks[0]}" if len(ranks) == 1 else f"group {g}")
+        qsl_view, pos_view, table_view = call.inputs()
         for i, R in enumerate(ranks):
             try:
                 # The inputs are the same for every rank: our wrappers' data checks (each
@@ -494,9 +490,8 @@ class Lockstep:
                 expected.extend(self.history[rid][:req.written])
         if not positions:
             return
-        device = self.backend.device
-        got = self.caches[g].gather(self.tables[g].device_tensor, torch.tensor(rows, dtype=torch.int32, device=device),
-                                    torch.tensor(positions, dtype=torch.int64, device=device),
+        got = self.caches[g].gather(self.tables[g].device_tensor, np.array(rows, dtype=np.int32),
+                                    np.array(positions, dtype=np.int64),
                                     kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size,
                                     cp_world_size=lay.world, cp_interleave=lay.interleave).cpu().numpy()
         poison = poison_value()

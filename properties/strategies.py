@@ -127,13 +127,17 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     groups = tuple(draw(st.lists(group_configs(W), min_size=1, max_size=max_groups)))
     max_num_reqs = draw(st.integers(1, 6))
     # 128 and 1024 tokens are whole rows for power-of-two K: rows can fill to the last entry.
-    max_model_len = draw(st.sampled_from([1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384,
+    # One world in five is made for long prefills: rows and a token budget past the
+    # interpreter's 1024-token tile and a roomy pool, so that a chunk crosses a tile.
+    long_prefill = draw(st.integers(0, 4)) == 4
+    max_model_len = draw(st.sampled_from([1025, 2100, 16384] if long_prefill else
+                                         [1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384,
                                           16385]))
     null_block = draw(st.booleans())
     # Blocks to hold every row at up to 2100 tokens in every group: "roomy".
     reach = min(max_model_len, 2100)
     roomy = sum(-(-reach // (g.kv_block_size * (W if g.sharded else 1))) for g in groups) * max_num_reqs
-    fill = draw(st.sampled_from(["tight", "quarter", "roomy", "roomy"]))
+    fill = "roomy" if long_prefill else draw(st.sampled_from(["tight", "quarter", "roomy", "roomy"]))
     usable = {"tight": draw(st.integers(1, 4)), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
     num_blocks = min(usable, 4096) + (1 if null_block else 0)
     largest_P = max(g.kv_block_size // g.kernel_block_size for g in groups)
@@ -142,7 +146,8 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
         max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-        max_num_batched_tokens=draw(st.sampled_from([1, 7, 16, 64, 256, 1024, 1025, 2048])))
+        max_num_batched_tokens=draw(st.sampled_from([1025, 2048] if long_prefill else
+                                                     [1, 7, 16, 64, 256, 1024, 1025, 2048])))
 
 
 def query_lengths() -> st.SearchStrategy[int]:

@@ -157,8 +157,10 @@ def _summary(kernel: str, args: argparse.Namespace, stats: dict[str, Any], elaps
     else:
         table.add_row("programs run (shrinking included) / operations",
                       f"{stats.get('examples', 0)} / {stats.get('operations', 0)}")
-        steps = stats.get("steps", 0)
-        table.add_row("checked steps", f"{steps} ({steps / max(stats.get('elapsed', elapsed), 1e-9):.1f}/s)")
+        steps, busy = stats.get("steps", 0), stats.get("steps_with_tokens", 0)
+        seconds = max(stats.get("elapsed", elapsed), 1e-9)
+        table.add_row("checked steps", f"{steps} ({steps / seconds:.1f}/s)")
+        table.add_row("  of which scheduled tokens", f"{busy} ({busy / seconds:.1f}/s)")
         events = stats.get("events", {})
         table.add_row("events reached", ", ".join(f"{k} ×{v}" for k, v in sorted(events.items())) or "-")
     table.add_row("elapsed", f"{elapsed:.1f} s")

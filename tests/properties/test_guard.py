@@ -2,31 +2,80 @@
 input or next to an output is reported, naming the tensor and the rank's call,
 and a correct kernel's writes are not."""
 
+import numpy as np
 import pytest
 import torch
 
 from blocktable import plugin
 from blocktable.properties.compare import Discrepancy
-from blocktable.properties.guard import GUARD_TOKENS, UNWRITTEN, GuardedCall
+from blocktable.properties.guard import GUARD_TOKENS, UNWRITTEN, GuardedCall, StagedCall
 from blocktable.properties.lockstep import Lockstep
 from blocktable.properties.world import GroupConfig, WorldConfig
 
+TABLE = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+QSL = np.array([0, 2, 5], dtype=np.int32)
+POSITIONS = np.arange(5, dtype=np.int64)
 
-def guarded_call(ranks=2, max_tokens=8):
+
+def on_the_device(ranks, max_tokens):
+    """Buffers made and checked on the device (the stateless fuzzer's way)."""
     call = GuardedCall(3, 4, 2, 5, max_tokens, torch.device("cpu"),
                        outputs=tuple(f"rank {r} slot_mapping" for r in range(ranks)), label="group 0")
-    call.table.load(torch.arange(12, dtype=torch.int32).reshape(3, 4))
-    call.qsl.load(torch.tensor([0, 2, 5], dtype=torch.int32))
-    call.positions.load(torch.arange(5, dtype=torch.int64))
+    handed = (call.qsl.load(torch.from_numpy(QSL)), call.positions.load(torch.from_numpy(POSITIONS)),
+              call.table.load(TABLE))
+    return call, handed
+
+
+def staged(ranks, max_tokens):
+    """Buffers laid out on the host, sent and read back in one copy (the lockstep's way)."""
+    call = StagedCall(TABLE.clone(), QSL, POSITIONS, max_tokens,
+                      outputs=tuple(f"rank {r} slot_mapping" for r in range(ranks)), label="group 0")
+    return call, call.inputs()
+
+
+BOTH = pytest.mark.parametrize("make", [on_the_device, staged])
+
+
+def guarded_call(make=on_the_device, ranks=2, max_tokens=8):
+    call, handed = make(ranks, max_tokens)
+    qsl, positions, table = handed
+    assert np.array_equal(qsl.numpy(), QSL) and np.array_equal(positions.numpy(), POSITIONS)
+    assert torch.equal(table, TABLE)
     return call, [call.output(r) for r in range(ranks)]
 
 
-def test_writes_inside_the_outputs_pass():
-    call, outs = guarded_call()
-    for out in outs:
+@BOTH
+def test_writes_inside_the_outputs_pass(make):
+    call, outs = guarded_call(make)
+    for r, out in enumerate(outs):
         assert bool((out == UNWRITTEN).all())
-        out.fill_(-1)
+        out.copy_(torch.arange(8) - r)
+    got = call.check()
+    if make is staged:  # the outputs come back with the guards, whole
+        assert np.array_equal(got, np.stack([np.arange(8), np.arange(8) - 1]))
+
+
+def test_a_staged_call_compares_with_the_table_as_it_was_copied():
+    """The table comes from the implementation's device tensor, not the host: the
+    check holds it to the tensor it was copied from."""
+    source = TABLE.clone()
+    call = StagedCall(source, QSL, POSITIONS, 8)
     call.check()
+    call.table.view[1, 2] = 99
+    with pytest.raises(Discrepancy, match="block_table guard: the kernel wrote into block_table \\(buffer index \\[3, 6\\]"):
+        call.check()
+
+
+def test_a_staged_call_owns_its_buffers():
+    """On the CPU a host array and a tensor can share memory: the kernel's writes must
+    reach neither the caller's arrays nor the copy the check compares with."""
+    qsl, positions = QSL.copy(), POSITIONS.copy()
+    call = StagedCall(TABLE.clone(), qsl, positions, 8)
+    handed_qsl, handed_positions, _ = call.inputs()
+    handed_positions[0] = 7
+    assert np.array_equal(positions, POSITIONS)
+    with pytest.raises(Discrepancy, match="positions guard"):
+        call.check()
 
 
 @pytest.mark.parametrize("stray, message", [
@@ -41,15 +90,17 @@ def test_writes_inside_the_outputs_pass():
     (lambda call, outs: call.out.buffer.__setitem__((0, GUARD_TOKENS + 8), 0),  # one past rank 0's 8 slots
      "group 0 rank 0 slot_mapping guard: the kernel wrote outside group 0 rank 0 slot_mapping \\(buffer index \\[0, 72\\]"),
 ])
-def test_a_stray_write_is_reported(stray, message):
-    call, outs = guarded_call()
+@BOTH
+def test_a_stray_write_is_reported(make, stray, message):
+    call, outs = guarded_call(make)
     stray(call, outs)
     with pytest.raises(Discrepancy, match=message):
         call.check()
 
 
-def test_an_empty_output_is_a_real_empty_tensor():
-    call, outs = guarded_call(ranks=1, max_tokens=0)
+@BOTH
+def test_an_empty_output_is_a_real_empty_tensor(make):
+    call, outs = guarded_call(make, ranks=1, max_tokens=0)
     assert outs[0].numel() == 0 and outs[0].data_ptr() != call.out.buffer.data_ptr()
     call.check()
 
@@ -70,3 +121,14 @@ def test_the_lockstep_names_the_rank_whose_call_wrote_into_an_input(backend):
     run.apply({"op": "add"})
     with pytest.raises(Discrepancy, match="group 0 rank 1 positions guard: the kernel wrote into"):
         run.apply({"op": "step", "query": [3]})
+
+
+def test_a_write_between_staged_buffers_is_reported():
+    """The staged buffers sit in one allocation with alignment gaps between them: a
+    stray write there belongs to no buffer and still fails the call."""
+    call, _ = guarded_call(staged)
+    gap = call.spans[0][1]  # the table's buffer (7 x 12 int32, 336 bytes) ends before the next 64-byte boundary
+    assert gap % 64
+    call.device_bytes[gap] = 1
+    with pytest.raises(Discrepancy, match=f"group 0 guard: the kernel wrote between the guarded buffers \\(byte {gap}\\)"):
+        call.check()

@@ -22,9 +22,11 @@ def run_machine(backend, kernel_name, record_property, **overrides):
     run_state_machine_as_test(machine, settings=profiles.machine_settings(**overrides))
     elapsed = time.perf_counter() - start
     steps = sum(r.steps_checked for r in runs)
+    busy = sum(r.steps_with_tokens for r in runs)
     ops = sum(len(r.program) for r in runs)
     record_property("lockstep", f"{kernel_name} on {backend.name}: {len(runs)} runs, {ops} operations, "
-                                f"{steps} checked steps in {elapsed:.1f} s = {steps / elapsed:.1f} steps/s")
+                                f"{steps} checked steps ({busy} scheduling tokens) in {elapsed:.1f} s = "
+                                f"{steps / elapsed:.1f} steps/s")
     return runs
 
 
