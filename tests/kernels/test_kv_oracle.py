@@ -52,6 +52,10 @@ def test_write_copy_gather_match_the_model_on_every_rank(backend, engine, case, 
         model.write(m, values)
     dev.write(stacked, torch.from_numpy(values).to(d))
     assert np.array_equal(dev.values(), np.stack([m.data for m in models]))
+    # The same write, its checks run on the caller's host copy (the lockstep's way).
+    checked_on_host = DeviceCache(num_slots, ranks=W, backend=backend, engine=engine)
+    checked_on_host.write(stacked, torch.from_numpy(values).to(d), host_copy=np.stack(maps))
+    assert np.array_equal(checked_on_host.values(), dev.values())
 
     sources = data.draw(st.lists(st.integers(0, 3), max_size=3), label="sources")
     dests = data.draw(st.lists(st.integers(4, 7), min_size=len(sources), max_size=len(sources), unique=True),
@@ -70,6 +74,8 @@ def test_write_copy_gather_match_the_model_on_every_rank(backend, engine, case, 
     got = dev.gather(torch.from_numpy(table).to(d), torch.from_numpy(rows).to(d), torch.from_numpy(positions).to(d),
                      **kw)
     assert np.array_equal(got.cpu().numpy(), expected)
+    from_host = dev.gather(torch.from_numpy(table).to(d), rows, positions, **kw)  # checked on the host, then sent
+    assert np.array_equal(from_host.cpu().numpy(), expected)
 
 
 @ENGINES
@@ -111,6 +117,21 @@ def test_bad_oracle_calls_are_rejected(backend, engine, rejects):
     with pytest.raises(ValueError, match="a row index lies outside the table's 1 rows"):
         dev.gather(torch.zeros((1, 2), dtype=torch.int32, device=d), torch.tensor([1], dtype=torch.int32, device=d),
                    torch.tensor([0], dtype=torch.int64, device=d), kv_block_size=16, kernel_block_size=16,
+                   cp_world_size=2)
+    # A host copy is what the checks see: one showing a slot outside the cache is refused.
+    rejects(dev, ValueError, "write: slot 40 lies outside the cache", dev.write, two.clamp(max=3),
+            torch.tensor([1, 2], dtype=torch.int64, device=d), host_copy=np.array([[1, 2], [3, 40]]))
+    rejects(dev, ValueError, "host copy of shape \\(1, 2\\) for slot mappings \\(2, 2\\)", dev.write, two,
+            torch.tensor([1, 2], dtype=torch.int64, device=d), host_copy=np.array([[1, 2]]))
+    table = torch.zeros((1, 2), dtype=torch.int32, device=d)
+    with pytest.raises(ValueError, match="a row index lies outside the table's 1 rows"):
+        dev.gather(table, np.array([1], np.int32), np.array([0], np.int64), kv_block_size=16, kernel_block_size=16,
+                   cp_world_size=2)
+    with pytest.raises(ValueError, match="positions must be >= 0"):
+        dev.gather(table, np.array([0], np.int32), np.array([-1], np.int64), kv_block_size=16, kernel_block_size=16,
+                   cp_world_size=2)
+    with pytest.raises(TypeError, match="rows must be a 1-D int32 array, got int64"):
+        dev.gather(table, np.array([0], np.int64), np.array([0], np.int64), kv_block_size=16, kernel_block_size=16,
                    cp_world_size=2)
     with pytest.raises(ValueError, match="a cache of 2 ranks read as 1 DCP ranks"):
         dev.gather(torch.zeros((1, 2), dtype=torch.int32, device=d), torch.tensor([0], dtype=torch.int32, device=d),
