@@ -131,6 +131,12 @@ class Lockstep:
         """Requests holding a row, in row order."""
         return [rid for rid in self.rows if rid is not None]
 
+    def growable(self) -> bool:
+        """Some running request has a token left to compute (a recompute after a
+        resume, or room before max_model_len)."""
+        return any(self.requests[rid].written < self.slots(rid) or self.slots(rid) < self.world.max_model_len
+                   for rid in self.live())
+
     def condensable(self) -> bool:
         """Some occupied row lies past a hole (otherwise condense changes nothing)."""
         holes = [r for r, rid in enumerate(self.rows) if rid is None]

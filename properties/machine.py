@@ -39,11 +39,12 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
             assert self.run is not None
             return self.run.apply(step)
 
-        @initialize(world=world_strategy, requests=st.integers(0, 4))
-        def build(self, world: WorldConfig, requests: int) -> None:
-            """The world, then a few requests added at once: Hypothesis switches some
-            rules off for a whole program (swarm testing), and a program without
-            add_request would otherwise schedule no token at all."""
+        @initialize(world=world_strategy)
+        def build(self, world: WorldConfig) -> None:
+            """The world and its first request: Hypothesis switches some rules off for
+            a whole program (swarm testing), and a program without add_request would
+            otherwise schedule no token at all. One add only, so that a shrunk
+            program keeps the order of its later adds and steps."""
             LAST_RUN.pop("run", None)
             LAST_RUN["world"] = world  # kept even if the implementation refuses to build
             try:
@@ -54,8 +55,7 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
             LAST_RUN["run"] = self.run
             if on_run is not None:
                 on_run(self.run)
-            for _ in range(min(requests, world.max_num_reqs)):
-                self.apply(op="add")
+            self.apply(op="add")
 
         @precondition(lambda self: self.run.free_row() is not None)
         @rule()
@@ -66,7 +66,7 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
         def step(self, query: list[int], pad: int) -> None:
             self.apply(op="step", query=query, pad=pad)
 
-        @precondition(lambda self: self.run.live())
+        @precondition(lambda self: self.run.growable())
         @rule(pad=st.integers(0, 1), iterations=st.integers(1, 4))
         def decode(self, pad: int, iterations: int) -> None:
             """Every running request computes one token (copy-on-write after forks), for
