@@ -34,6 +34,14 @@ GUARD_QSL = 0x7FFF_FFFF
 UNWRITTEN = 0x5A5A5A5A5A5A5A5A  # poured into every kernel output first: an unwritten slot shows
 
 
+def geometry(shape: tuple[int, ...], pad: tuple[int, ...], lead: bool) -> tuple[tuple[int, ...], tuple[slice, ...]]:
+    """(the buffer's shape, the index of the guarded tensor in it) for a margin `pad`
+    per dim, before and after (lead) or after only."""
+    outer = tuple(n + (2 if lead else 1) * p for n, p in zip(shape, pad))
+    index = tuple(slice(p if lead else 0, (p if lead else 0) + n) for n, p in zip(shape, pad))
+    return outer, index
+
+
 class Guarded:
     """A tensor of `shape` living inside a buffer of `fill`, margin `pad` per dim
     (before and after, or after only). The buffer is allocated on `device` unless
@@ -42,9 +50,8 @@ class Guarded:
     def __init__(self, shape: tuple[int, ...], pad: tuple[int, ...], dtype: torch.dtype, fill: int,
                  device: torch.device, lead: bool = True, buffer: torch.Tensor | None = None) -> None:
         self.fill = fill
-        self.outer = tuple(n + (2 if lead else 1) * p for n, p in zip(shape, pad))
-        self.buffer = torch.full(self.outer, fill, dtype=dtype, device=device) if buffer is None else buffer
-        self.index = tuple(slice(p if lead else 0, (p if lead else 0) + n) for n, p in zip(shape, pad))
+        outer, self.index = geometry(shape, pad, lead)
+        self.buffer = torch.full(outer, fill, dtype=dtype, device=device) if buffer is None else buffer
         self.view = self.buffer[self.index]
         self.pristine: torch.Tensor | None = None
 
@@ -60,7 +67,7 @@ class Guarded:
         self.pristine = None
         return self.view
 
-    def changed(self, now=None, pristine=None):
+    def changed(self, now: np.ndarray | None = None, pristine: np.ndarray | None = None) -> torch.Tensor | np.ndarray:
         """Where the buffer (or `now`, its copy on the host) differs from what the
         kernel was handed, the view of an output excepted."""
         now = self.buffer if now is None else now
@@ -146,21 +153,21 @@ class StagedCall(GuardedCall):
                 ((len(qsl),), (GUARD_TOKENS,), np.int32, GUARD_QSL, False, qsl),
                 ((len(positions),), (GUARD_TOKENS,), np.int64, GUARD_POSITION, False, positions),
                 ((len(outputs), max_tokens), (0, GUARD_TOKENS), np.int64, GUARD_SLOT, True, UNWRITTEN)]
-        outers = [tuple(n + (2 if lead else 1) * p for n, p in zip(shape, pad)) for shape, pad, _, _, lead, _ in plan]
+        shapes = [geometry(shape, pad, lead) for shape, pad, _, _, lead, _ in plan]
         self.spans: list[tuple[int, int]] = []
         end = 0
-        for outer, (_, _, dtype, _, _, _) in zip(outers, plan):
+        for (outer, _), (_, _, dtype, _, _, _) in zip(shapes, plan):
             start = -(-end // ALIGN) * ALIGN
             end = start + int(np.prod(outer)) * np.dtype(dtype).itemsize
             self.spans.append((start, end))
         # What the kernel is handed, byte for byte; self.host views each buffer in it.
         self.packed = np.zeros(end, dtype=np.uint8)
         self.host = [self.packed[a:b].view(dtype).reshape(outer)
-                     for (a, b), outer, (_, _, dtype, _, _, _) in zip(self.spans, outers, plan)]
-        for host, (shape, pad, _, fill, lead, inside) in zip(self.host, plan):
+                     for (a, b), (outer, _), (_, _, dtype, _, _, _) in zip(self.spans, shapes, plan)]
+        for host, (_, index), (_, _, _, fill, _, inside) in zip(self.host, shapes, plan):
             host[...] = fill
             if inside is not None:
-                host[tuple(slice(p if lead else 0, (p if lead else 0) + n) for n, p in zip(shape, pad))] = inside
+                host[index] = inside
         self.device_bytes = torch.from_numpy(self.packed).to(table.device, copy=True)  # never `packed` itself
         buffers = tuple(self.device_bytes[a:b].view(_TORCH[host.dtype]).reshape(host.shape)
                         for host, (a, b) in zip(self.host, self.spans))
@@ -186,7 +193,6 @@ class StagedCall(GuardedCall):
         self.host[3][self.out.index] = outputs  # the kernel's to write
         if np.array_equal(handed_bytes, self.packed):
             return outputs
-        self.host[3][self.out.index] = UNWRITTEN
         self._report([guarded.changed(n, None if guarded is self.out else host)
                       for (guarded, _), n, host in zip(self.parts(), now, self.host)])
         where = int(np.flatnonzero(handed_bytes != self.packed)[0])
