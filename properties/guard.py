@@ -89,6 +89,16 @@ def handed(view: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def call_parts(rows: int, width: int, num_reqs: int, num_tokens: int, calls: int,
+               max_tokens: int) -> list[tuple[tuple[int, ...], tuple[int, ...], type, int, bool]]:
+    """(shape, pad, dtype, fill, lead) of a call's four buffers: the table, query_start_loc,
+    positions, and the outputs (one row per call)."""
+    return [((rows, width), (GUARD_ROWS, GUARD_COLS), np.int32, GUARD_BLOCK, True),
+            ((num_reqs + 1,), (GUARD_TOKENS,), np.int32, GUARD_QSL, False),
+            ((num_tokens,), (GUARD_TOKENS,), np.int64, GUARD_POSITION, False),
+            ((calls, max_tokens), (0, GUARD_TOKENS), np.int64, GUARD_SLOT, True)]
+
+
 class GuardedCall:
     """The contract tensors of one or more slot-mapping calls on the same inputs (one
     per DCP rank, say): the three inputs, each behind guards, and one output row per
@@ -99,14 +109,10 @@ class GuardedCall:
                  device: torch.device, outputs: tuple[str, ...] = ("slot_mapping",), label: str = "",
                  buffers: tuple[torch.Tensor, ...] | None = None) -> None:
         given = buffers or (None,) * 4
-        self.table = Guarded((rows, width), (GUARD_ROWS, GUARD_COLS), torch.int32, GUARD_BLOCK, device,
-                             buffer=given[0])
-        self.qsl = Guarded((num_reqs + 1,), (GUARD_TOKENS,), torch.int32, GUARD_QSL, device, lead=False,
-                           buffer=given[1])
-        self.positions = Guarded((num_tokens,), (GUARD_TOKENS,), torch.int64, GUARD_POSITION, device, lead=False,
-                                 buffer=given[2])
-        self.out = Guarded((len(outputs), max_tokens), (0, GUARD_TOKENS), torch.int64, GUARD_SLOT, device,
-                           buffer=given[3])
+        self.table, self.qsl, self.positions, self.out = (
+            Guarded(shape, pad, _TORCH[np.dtype(dtype)], fill, device, lead, buffer=buffer)
+            for (shape, pad, dtype, fill, lead), buffer in zip(
+                call_parts(rows, width, num_reqs, num_tokens, len(outputs), max_tokens), given))
         self.outputs = self.out.view if buffers else self.out.pour(UNWRITTEN)  # [calls, max_tokens]: UNWRITTEN
         self.names = outputs
         self.label = label
@@ -149,22 +155,21 @@ class StagedCall(GuardedCall):
     def __init__(self, table: torch.Tensor, qsl: np.ndarray, positions: np.ndarray, max_tokens: int,
                  outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
         rows, width = table.shape
-        plan = [((rows, width), (GUARD_ROWS, GUARD_COLS), np.int32, GUARD_BLOCK, True, None),
-                ((len(qsl),), (GUARD_TOKENS,), np.int32, GUARD_QSL, False, qsl),
-                ((len(positions),), (GUARD_TOKENS,), np.int64, GUARD_POSITION, False, positions),
-                ((len(outputs), max_tokens), (0, GUARD_TOKENS), np.int64, GUARD_SLOT, True, UNWRITTEN)]
-        shapes = [geometry(shape, pad, lead) for shape, pad, _, _, lead, _ in plan]
+        parts = call_parts(rows, width, len(qsl) - 1, len(positions), len(outputs), max_tokens)
+        shapes = [geometry(shape, pad, lead) for shape, pad, _, _, lead in parts]
         self.spans: list[tuple[int, int]] = []
         end = 0
-        for (outer, _), (_, _, dtype, _, _, _) in zip(shapes, plan):
+        for (outer, _), (_, _, dtype, _, _) in zip(shapes, parts):
             start = -(-end // ALIGN) * ALIGN
             end = start + int(np.prod(outer)) * np.dtype(dtype).itemsize
             self.spans.append((start, end))
         # What the kernel is handed, byte for byte; self.host views each buffer in it.
         self.packed = np.zeros(end, dtype=np.uint8)
         self.host = [self.packed[a:b].view(dtype).reshape(outer)
-                     for (a, b), (outer, _), (_, _, dtype, _, _, _) in zip(self.spans, shapes, plan)]
-        for host, (_, index), (_, _, _, fill, _, inside) in zip(self.host, shapes, plan):
+                     for (a, b), (outer, _), (_, _, dtype, _, _) in zip(self.spans, shapes, parts)]
+        # Inside the guards: the table comes by a device copy below; the outputs start UNWRITTEN.
+        for host, (_, index), (_, _, _, fill, _), inside in zip(self.host, shapes, parts,
+                                                                (None, qsl, positions, UNWRITTEN)):
             host[...] = fill
             if inside is not None:
                 host[index] = inside
