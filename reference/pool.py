@@ -104,14 +104,16 @@ class BlockPool:
         not checked on its own: once no block is queued twice, it says exactly what
         "queued iff ref is 0" says for every block, and that check names the block.
         """
-        holders = np.zeros(self.num_blocks, dtype=np.int64)
-        for table in tables:
-            ids = np.unique(np.asarray(list(table), dtype=np.int64))
-            outside = (ids < 0) | (ids >= self.num_blocks)
-            if outside.any():
-                b = int(ids[outside][0])
-                raise InvariantError("id-range", b, f"a live table holds block {b}, outside the pool")
-            holders[ids] += 1
+        tables = [list(table) for table in tables]
+        ids = np.array([b for table in tables for b in table], dtype=np.int64)
+        outside = (ids < 0) | (ids >= self.num_blocks)
+        if outside.any():
+            b = int(ids[outside][0])
+            raise InvariantError("id-range", b, f"a live table holds block {b}, outside the pool")
+        # Holders count tables, not entries: each (table, block) pair once.
+        table_of = np.repeat(np.arange(len(tables)), [len(table) for table in tables])
+        pairs = np.unique(table_of * self.num_blocks + ids)
+        holders = np.bincount(pairs % self.num_blocks, minlength=self.num_blocks)
         queue = np.asarray(self.free_queue, dtype=np.int64)
         outside = (queue < 0) | (queue >= self.num_blocks)
         if outside.any():

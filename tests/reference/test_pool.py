@@ -117,3 +117,22 @@ def test_conservation_holds_whenever_the_check_passes():
         pool.check_invariants(tables)
         in_use = sum(1 for b in range(1, 10) if pool.ref[b] > 0)
         assert pool.num_free + in_use == pool.num_usable == 9
+
+
+def test_holders_count_tables_not_entries():
+    """SPEC §6: a block's ref is the number of live tables holding it; a table that
+    lists a block twice holds it once, and each of two tables holds it."""
+    pool = BlockPool(5)
+    pool.allocate(2)  # 1, 2 at ref 1
+    pool.check_invariants([[1, 2, 2]])
+    with pytest.raises(InvariantError, match="block 2 has ref 1 but 2 live tables hold it"):
+        pool.check_invariants([[1, 2], [2]])
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_a_table_entry_outside_the_pool_is_named(bad):
+    pool = BlockPool(5)
+    pool.allocate(2)
+    with pytest.raises(InvariantError, match=f"a live table holds block {bad}, outside the pool") as info:
+        pool.check_invariants([[1, 2], [], [bad]])
+    assert info.value.invariant == "id-range" and info.value.block == bad
