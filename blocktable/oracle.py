@@ -99,10 +99,10 @@ class DeviceCache:
                              f"{self.slot_base + self.num_slots})")
         # Two tokens of one call in one slot would race on a GPU (the interpreter and
         # the model write in order, a GPU does not): refuse, as a correct step never does it.
-        keyed = (np.arange(self.ranks)[:, None] * self.num_slots + slots - self.slot_base)[slots >= 0]
-        unique, counts = np.unique(keyed, return_counts=True)
-        if (counts > 1).any():
-            bad = int(unique[counts > 1][0])
+        keyed = np.sort((np.arange(self.ranks)[:, None] * self.num_slots + slots - self.slot_base)[slots >= 0])
+        repeated = keyed[1:][keyed[1:] == keyed[:-1]]
+        if len(repeated):
+            bad = int(repeated[0])
             raise ValueError(f"write: slot {bad % self.num_slots + self.slot_base} of rank {bad // self.num_slots} "
                              f"is written by more than one token in one call")
         if T and self.engine == "torch":

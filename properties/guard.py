@@ -17,6 +17,10 @@ kernel, and a step makes one such call per group.
 
 from __future__ import annotations
 
+import functools
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -146,6 +150,42 @@ class GuardedCall:
 ALIGN = 64  # bytes: each buffer starts where a fresh allocation would be aligned
 
 
+@dataclass(frozen=True)
+class StagedLayout:
+    """Where a StagedCall's four buffers lie in its packed bytes, and those bytes
+    before the inputs go in: guards everywhere, the table's interior included (the
+    table comes by a device copy), the outputs UNWRITTEN."""
+
+    spans: tuple[tuple[int, int], ...]  # byte range of each buffer
+    dtypes: tuple[np.dtype, ...]
+    shapes: tuple[tuple[int, ...], ...]  # each buffer's, guards included
+    insides: tuple[tuple[slice, ...], ...]  # the guarded tensor's index in each buffer
+    template: np.ndarray  # read-only
+
+
+@functools.lru_cache(maxsize=256)
+def staged_layout(rows: int, width: int, num_reqs: int, num_tokens: int, calls: int,
+                  max_tokens: int) -> StagedLayout:
+    """The layout of one call geometry, made once: a lockstep run makes many calls
+    of the same few geometries, and laying one out costs more than copying it."""
+    parts = call_parts(rows, width, num_reqs, num_tokens, calls, max_tokens)
+    dtypes = tuple(np.dtype(dtype) for _, _, dtype, _, _ in parts)
+    shapes, insides = zip(*(geometry(shape, pad, lead) for shape, pad, _, _, lead in parts))
+    spans = []
+    end = 0
+    for shape, dtype in zip(shapes, dtypes):
+        start = -(-end // ALIGN) * ALIGN
+        end = start + math.prod(shape) * dtype.itemsize
+        spans.append((start, end))
+    template = np.zeros(end, dtype=np.uint8)
+    for (a, b), dtype, shape, (_, _, _, fill, _) in zip(spans, dtypes, shapes, parts):
+        template[a:b].view(dtype).reshape(shape)[...] = fill
+    a, b = spans[3]
+    template[a:b].view(dtypes[3]).reshape(shapes[3])[insides[3]] = UNWRITTEN
+    template.flags.writeable = False
+    return StagedLayout(tuple(spans), dtypes, shapes, insides, template)
+
+
 class StagedCall(GuardedCall):
     """A GuardedCall on host inputs (the table excepted, which is the implementation's
     own device tensor): every buffer is laid out on the host in one byte array and
@@ -155,24 +195,14 @@ class StagedCall(GuardedCall):
     def __init__(self, table: torch.Tensor, qsl: np.ndarray, positions: np.ndarray, max_tokens: int,
                  outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
         rows, width = table.shape
-        parts = call_parts(rows, width, len(qsl) - 1, len(positions), len(outputs), max_tokens)
-        shapes = [geometry(shape, pad, lead) for shape, pad, _, _, lead in parts]
-        self.spans: list[tuple[int, int]] = []
-        end = 0
-        for (outer, _), (_, _, dtype, _, _) in zip(shapes, parts):
-            start = -(-end // ALIGN) * ALIGN
-            end = start + int(np.prod(outer)) * np.dtype(dtype).itemsize
-            self.spans.append((start, end))
+        layout = staged_layout(rows, width, len(qsl) - 1, len(positions), len(outputs), max_tokens)
+        self.spans = layout.spans
         # What the kernel is handed, byte for byte; self.host views each buffer in it.
-        self.packed = np.zeros(end, dtype=np.uint8)
-        self.host = [self.packed[a:b].view(dtype).reshape(outer)
-                     for (a, b), (outer, _), (_, _, dtype, _, _) in zip(self.spans, shapes, parts)]
-        # Inside the guards: the table comes by a device copy below; the outputs start UNWRITTEN.
-        for host, (_, index), (_, _, _, fill, _), inside in zip(self.host, shapes, parts,
-                                                                (None, qsl, positions, UNWRITTEN)):
-            host[...] = fill
-            if inside is not None:
-                host[index] = inside
+        self.packed = layout.template.copy()
+        self.host = [self.packed[a:b].view(dtype).reshape(shape)
+                     for (a, b), dtype, shape in zip(layout.spans, layout.dtypes, layout.shapes)]
+        self.host[1][layout.insides[1]] = qsl
+        self.host[2][layout.insides[2]] = positions
         self.device_bytes = torch.from_numpy(self.packed).to(table.device, copy=True)  # never `packed` itself
         buffers = tuple(self.device_bytes[a:b].view(_TORCH[host.dtype]).reshape(host.shape)
                         for host, (a, b) in zip(self.host, self.spans))

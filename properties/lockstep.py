@@ -164,9 +164,11 @@ class Lockstep:
         # Every group's device rows in one read-back: each read-back waits for the device.
         tensors = [self.tables[g].device_tensor for g in range(len(self.layouts))]
         flat = torch.cat([t.reshape(-1) for t in tensors]).cpu().numpy()
-        ends = np.cumsum([t.numel() for t in tensors])
-        for g, (t, rows) in enumerate(zip(tensors, np.split(flat, ends[:-1]))):
-            assert_table_equal(f"group {g} table", self.ref_tables[g], self.tables[g], rows.reshape(t.shape))
+        start = 0
+        for g, t in enumerate(tensors):
+            rows = flat[start:start + t.numel()].reshape(t.shape)
+            start += t.numel()
+            assert_table_equal(f"group {g} table", self.ref_tables[g], self.tables[g], rows)
         assert_pool_equal("pool", self.ref_pool, self.pool)
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
             if ref.blocks != impl.blocks:
@@ -174,7 +176,7 @@ class Lockstep:
             if ref.num_tokens != impl.num_tokens:
                 raise Discrepancy(f"group {g} sequence lengths", f"expected {ref.num_tokens}, got {impl.num_tokens}")
         self.ref_pool.check_invariants([b for s in self.ref_seqs for b in s.live_tables()])
-        if int(np.max(self.ref_pool.ref, initial=0)) >= 3:
+        if max(self.ref_pool.ref, default=0) >= 3:
             self.event("ref >= 3")
 
     def _both(self, what: str, ref_call: Callable[[], Any], impl_call: Callable[[], Any]) -> tuple[Any, Any]:
@@ -384,15 +386,15 @@ class Lockstep:
         if self.world.id_offset:
             self.event("ids offset toward 2**31-1")
 
+        values_device = torch.from_numpy(values_np).to(self.backend.device)  # one upload for every group
         for g in range(len(self.layouts)):
-            self._check_group(g, qsl, positions_np, values_np, N)
+            self._check_group(g, qsl, positions_np, values_np, values_device, N)
         for r, chunk in enumerate(chunks):
             if chunk:
                 req = self.requests[self.rows[r]]
                 self.history.write(req.id, req.written, values[int(qsl[r]):int(qsl[r]) + chunk])
                 req.written += chunk
-        for g in range(len(self.layouts)):
-            self._read_back(g)
+        self._read_back()
         self.steps_checked += 1
         self.steps_with_tokens += bool(len(positions))
 
@@ -431,7 +433,8 @@ class Lockstep:
                 self.event("row filled to its width")
         return q
 
-    def _check_group(self, g: int, qsl: np.ndarray, positions: np.ndarray, values: np.ndarray, N: int) -> None:
+    def _check_group(self, g: int, qsl: np.ndarray, positions: np.ndarray, values: np.ndarray,
+                     values_device: torch.Tensor, N: int) -> None:
         """Slot mappings on every rank against the reference, then the copy-on-write
         copies and the writes into this group's paged caches."""
         lay = self.layouts[g]
@@ -460,7 +463,7 @@ class Lockstep:
         cache = self.caches[g]
         cache.copy_blocks([(s + self.world.id_offset, d + self.world.id_offset) for s, d in ref_pairs],
                           lay.kv_block_size)
-        cache.write(call.outputs, torch.from_numpy(values).to(self.backend.device), host_copy=actual)
+        cache.write(call.outputs, values_device, host_copy=actual)
 
     def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Iterable[int],
                     kw: dict[str, int]) -> StagedCall:
@@ -483,10 +486,10 @@ class Lockstep:
                                   f"the kernel raised {type(e).__name__}: {e}") from e
         return call
 
-    def _read_back(self, g: int) -> None:
-        """SPEC §7: every live sequence, read through the device table on every rank,
-        equals its history; each token is held by exactly one rank."""
-        lay = self.layouts[g]
+    def _read_back(self) -> None:
+        """SPEC §7: every live sequence, read through each group's device table on every
+        rank, equals its history; each token is held by exactly one rank. Every
+        group's read is launched first and all come back in one copy."""
         rows, positions, expected = [], [], []
         for rid in self.live():
             req = self.requests[rid]
@@ -496,20 +499,26 @@ class Lockstep:
                 expected.extend(self.history[rid][:req.written])
         if not positions:
             return
-        got = self.caches[g].gather(self.tables[g].device_tensor, np.array(rows, dtype=np.int32),
-                                    np.array(positions, dtype=np.int64),
-                                    kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size,
-                                    cp_world_size=lay.world, cp_interleave=lay.interleave).cpu().numpy()
-        poison = poison_value()
-        held = (got != poison).sum(axis=0)
-        if (held != 1).any():
-            i = int(np.argmax(held != 1))
-            raise Discrepancy(f"group {g} data read-back",
-                              f"position {positions[i]} of request {self.rows[rows[i]]} is held by {held[i]} ranks")
-        merged = np.where(got != poison, got, 0).sum(axis=0)
+        rows_np, positions_np = np.array(rows, dtype=np.int32), np.array(positions, dtype=np.int64)
+        reads = [self.caches[g].gather(self.tables[g].device_tensor, rows_np, positions_np,
+                                       kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size,
+                                       cp_world_size=lay.world, cp_interleave=lay.interleave)
+                 for g, lay in enumerate(self.layouts)]
+        back = torch.cat([read.reshape(-1) for read in reads]).cpu().numpy()
         want = np.array(expected, dtype=np.int64)
-        if not np.array_equal(merged, want):
-            i = int(np.argmax(merged != want))
-            raise Discrepancy(f"group {g} data read-back",
-                              f"request {self.rows[rows[i]]} position {positions[i]}: expected value {want[i]}, "
-                              f"read {merged[i]} ({int((merged != want).sum())} of {len(want)} values differ)")
+        poison = poison_value()
+        start = 0
+        for g, read in enumerate(reads):
+            got = back[start:start + read.numel()].reshape(read.shape)
+            start += read.numel()
+            held = (got != poison).sum(axis=0)
+            if (held != 1).any():
+                i = int(np.argmax(held != 1))
+                raise Discrepancy(f"group {g} data read-back", f"position {positions[i]} of request "
+                                                               f"{self.rows[rows[i]]} is held by {held[i]} ranks")
+            merged = np.where(got != poison, got, 0).sum(axis=0)
+            if not np.array_equal(merged, want):
+                i = int(np.argmax(merged != want))
+                raise Discrepancy(f"group {g} data read-back",
+                                  f"request {self.rows[rows[i]]} position {positions[i]}: expected value {want[i]}, "
+                                  f"read {merged[i]} ({int((merged != want).sum())} of {len(want)} values differ)")

@@ -133,3 +133,25 @@ def test_a_write_between_staged_buffers_is_reported():
     call.device_bytes[gap] = 1
     with pytest.raises(Discrepancy, match=f"group 0 guard: the kernel wrote between the guarded buffers \\(byte {gap}\\)"):
         call.check()
+
+
+@pytest.mark.parametrize("rows, width, num_reqs, num_tokens, calls, max_tokens",
+                         [(3, 5, 2, 7, 2, 9), (1, 0, 0, 0, 1, 1), (6, 40, 4, 33, 4, 64), (2, 3, 1, 1, 1, 1)])
+def test_staged_buffers_equal_the_device_built_ones(rows, width, num_reqs, num_tokens, calls, max_tokens):
+    """StagedCall lays its buffers out from a cached template of each geometry; what
+    a kernel is handed must be, byte for byte, what GuardedCall builds on the device,
+    and a second call of the same geometry must not see the first one's inputs."""
+    for shift in (0, 100):  # the second call reuses the first one's template
+        table = torch.arange(rows * width, dtype=torch.int32).reshape(rows, width) + shift
+        qsl = np.linspace(0, num_tokens, num_reqs + 1).astype(np.int32)
+        positions = np.arange(num_tokens, dtype=np.int64) + shift
+        names = tuple(f"rank {r} slot_mapping" for r in range(calls))
+        staged_call = StagedCall(table, qsl, positions, max_tokens, outputs=names)
+        built = GuardedCall(rows, width, num_reqs, num_tokens, max_tokens, torch.device("cpu"), outputs=names)
+        built.table.load(table)
+        built.qsl.load(torch.from_numpy(qsl))
+        built.positions.load(torch.from_numpy(positions))
+        for (mine, _), (theirs, _) in zip(staged_call.parts(), built.parts()):
+            assert torch.equal(mine.buffer, theirs.buffer)
+        outputs = staged_call.check()
+        assert outputs.shape == (calls, max_tokens) and (outputs == UNWRITTEN).all()
