@@ -67,7 +67,7 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
             self.apply(op="step", query=query, pad=pad)
 
         @precondition(lambda self: self.run.growable())
-        @rule(pad=st.integers(0, 1), iterations=st.integers(1, 4))
+        @rule(pad=st.integers(0, 1), iterations=st.integers(1, 8))
         def decode(self, pad: int, iterations: int) -> None:
             """Every running request computes one token (copy-on-write after forks), for
             a few engine iterations in a row, as a serving engine mostly does: each one
