@@ -45,6 +45,17 @@ from blocktable.table import BlockTable
 TILE = 1024  # the kernels' token tile
 
 
+def to_host(tensors: list[torch.Tensor]) -> list[np.ndarray]:
+    """Same-dtype device tensors on the host, all in one copy: each read-back waits
+    for the device."""
+    flat = torch.cat([t.reshape(-1) for t in tensors]).cpu().numpy()
+    arrays, start = [], 0
+    for t in tensors:
+        arrays.append(flat[start:start + t.numel()].reshape(t.shape))
+        start += t.numel()
+    return arrays
+
+
 @dataclass
 class Request:
     id: int
@@ -161,13 +172,8 @@ class Lockstep:
     # -- the comparisons after every step -----------------------------------------------
 
     def check(self) -> None:
-        # Every group's device rows in one read-back: each read-back waits for the device.
-        tensors = [self.tables[g].device_tensor for g in range(len(self.layouts))]
-        flat = torch.cat([t.reshape(-1) for t in tensors]).cpu().numpy()
-        start = 0
-        for g, t in enumerate(tensors):
-            rows = flat[start:start + t.numel()].reshape(t.shape)
-            start += t.numel()
+        device_rows = to_host([self.tables[g].device_tensor for g in range(len(self.layouts))])
+        for g, rows in enumerate(device_rows):
             assert_table_equal(f"group {g} table", self.ref_tables[g], self.tables[g], rows)
         assert_pool_equal("pool", self.ref_pool, self.pool)
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
@@ -380,15 +386,15 @@ class Lockstep:
                     values.append(self.next_value)
                     self.next_value += 1
         positions_np = np.array(positions, dtype=np.int64)
-        values_np = np.array(values, dtype=np.int64)
         if any(c > TILE or (s // TILE != (s + c - 1) // TILE) for s, c in zip(qsl[:-1], chunks) if c):
             self.event("tile crossing")
         if self.world.id_offset:
             self.event("ids offset toward 2**31-1")
 
-        values_device = torch.from_numpy(values_np).to(self.backend.device)  # one upload for every group
+        # One upload for every group.
+        values_device = torch.from_numpy(np.array(values, dtype=np.int64)).to(self.backend.device)
         for g in range(len(self.layouts)):
-            self._check_group(g, qsl, positions_np, values_np, values_device, N)
+            self._check_group(g, qsl, positions_np, values_device, N)
         for r, chunk in enumerate(chunks):
             if chunk:
                 req = self.requests[self.rows[r]]
@@ -433,8 +439,7 @@ class Lockstep:
                 self.event("row filled to its width")
         return q
 
-    def _check_group(self, g: int, qsl: np.ndarray, positions: np.ndarray, values: np.ndarray,
-                     values_device: torch.Tensor, N: int) -> None:
+    def _check_group(self, g: int, qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor, N: int) -> None:
         """Slot mappings on every rank against the reference, then the copy-on-write
         copies and the writes into this group's paged caches."""
         lay = self.layouts[g]
@@ -463,7 +468,7 @@ class Lockstep:
         cache = self.caches[g]
         cache.copy_blocks([(s + self.world.id_offset, d + self.world.id_offset) for s, d in ref_pairs],
                           lay.kv_block_size)
-        cache.write(call.outputs, values_device, host_copy=actual)
+        cache.write(call.outputs, values, host_copy=actual)
 
     def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Iterable[int],
                     kw: dict[str, int]) -> StagedCall:
@@ -504,13 +509,9 @@ class Lockstep:
                                        kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size,
                                        cp_world_size=lay.world, cp_interleave=lay.interleave)
                  for g, lay in enumerate(self.layouts)]
-        back = torch.cat([read.reshape(-1) for read in reads]).cpu().numpy()
         want = np.array(expected, dtype=np.int64)
         poison = poison_value()
-        start = 0
-        for g, read in enumerate(reads):
-            got = back[start:start + read.numel()].reshape(read.shape)
-            start += read.numel()
+        for g, got in enumerate(to_host(reads)):
             held = (got != poison).sum(axis=0)
             if (held != 1).any():
                 i = int(np.argmax(held != 1))
