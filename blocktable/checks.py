@@ -78,12 +78,20 @@ def check_slot_inputs(query_start_loc: torch.Tensor, positions: torch.Tensor, bl
     return N, T, Tmax
 
 
+SMALL_BATCH = 4096  # tokens: up to this, the positions come back whole with query_start_loc
+
+
 def _check_data(query_start_loc: torch.Tensor, positions: torch.Tensor, N: int, T: int) -> None:
-    # One read-back for every check (query_start_loc and whether any position is
-    # negative), since each read-back waits for the device; the rest on the host.
-    negative = positions < 0
-    head = torch.cat([query_start_loc.to(torch.int64), negative.any().to(torch.int64).view(1)]).cpu().numpy()
-    qsl, any_negative = head[:-1], bool(head[-1])
+    # One read-back for every check, since each waits for the device; the rest on the
+    # host. A small batch comes back whole (each device op costs about as much as a
+    # short copy); a large one sends back only whether any position is negative.
+    if T <= SMALL_BATCH:
+        head = torch.cat([query_start_loc.to(torch.int64), positions]).cpu().numpy()
+        qsl, any_negative = head[:N + 1], bool((head[N + 1:] < 0).any())
+    else:
+        flag = (positions < 0).any().to(torch.int64).view(1)
+        head = torch.cat([query_start_loc.to(torch.int64), flag]).cpu().numpy()
+        qsl, any_negative = head[:-1], bool(head[-1])
     if qsl[0] != 0:
         raise ValueError(f"query_start_loc[0] must be 0, got {int(qsl[0])}")
     if N:
@@ -94,5 +102,5 @@ def _check_data(query_start_loc: torch.Tensor, positions: torch.Tensor, N: int, 
     if qsl[N] != T:
         raise ValueError(f"query_start_loc[N] = {int(qsl[N])} but there are {T} positions")
     if any_negative:
-        t = int(torch.nonzero(negative)[0, 0])
+        t = int(torch.nonzero(positions < 0)[0, 0])
         raise ValueError(f"position {int(positions[t])} of token {t} is negative")

@@ -84,6 +84,17 @@ def current() -> Backend:
     return _selected if _selected is not None else select("auto")
 
 
+def upload(host: torch.Tensor, backend: Backend | None = None) -> torch.Tensor:
+    """A new device tensor holding a copy of a CPU tensor, sent without waiting for the
+    device: on a GPU through pinned memory, asynchronously (torch's pinned allocator
+    keeps the staging block until the copy has run, so the caller may change `host`
+    at once); on the CPU a plain copy, never `host` itself."""
+    backend = backend or current()
+    if backend.name == "cuda":
+        return host.pin_memory().to(backend.device, non_blocking=True)
+    return host.clone()
+
+
 def check_tensor(name: str, tensor: object, dtype: torch.dtype, ndim: int | None = None,
                  backend: Backend | None = None) -> torch.Tensor:
     """A public call's tensor argument: right type, dtype, rank and device, or a clear

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from blocktable.device import Backend, check_tensor, current
+from blocktable.device import Backend, check_tensor, current, upload
 
 
 def _tile(backend: Backend) -> int:
@@ -130,7 +130,7 @@ class DeviceCache:
             first = column * block_slots - self.slot_base
             if bool(((first < 0) | (first + block_slots > self.num_slots)).any()):
                 raise ValueError(f"copy_blocks: a {name} block lies outside the cache: {list(pairs)}")
-        ids = ids.to(self.backend.device)
+        ids = upload(ids, self.backend)
         if self.engine == "torch":
             span = torch.arange(block_slots, device=ids.device)
             src = (ids[:, :1] * block_slots - self.slot_base + span).reshape(-1)
@@ -175,7 +175,7 @@ class DeviceCache:
             if bad_position:
                 raise ValueError("gather: positions must be >= 0")
         if on_host:
-            sent = torch.from_numpy(np.concatenate([rows.astype(np.int64), positions])).to(self.backend.device)
+            sent = upload(torch.from_numpy(np.concatenate([rows.astype(np.int64), positions])), self.backend)
             rows, positions = sent[:M].to(torch.int32), sent[M:]
         if self.engine == "torch":
             return self._gather_torch(block_table, rows, positions, kv_block_size, kernel_block_size,

@@ -48,7 +48,7 @@ def assert_table_equal(what: str, reference: Any, implementation: Any, device_ro
 def assert_pool_equal(what: str, reference: Any, implementation: Any) -> None:
     """Ref counts and the free queue, in order."""
     assert_arrays_equal(f"{what} ref counts", np.asarray(reference.ref, dtype=np.int32), implementation.ref)
-    ref_queue, impl_queue = list(reference.free_queue), implementation.free_queue()
+    ref_queue, impl_queue = reference.free_queue, implementation.free_queue()
     if ref_queue != impl_queue:
         first = next((i for i, (a, b) in enumerate(zip(ref_queue, impl_queue)) if a != b),
                      min(len(ref_queue), len(impl_queue)))

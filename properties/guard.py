@@ -186,16 +186,44 @@ def staged_layout(rows: int, width: int, num_reqs: int, num_tokens: int, calls: 
     return StagedLayout(tuple(spans), dtypes, shapes, insides, template)
 
 
+class StagedBuffers:
+    """The device side of one call geometry: its bytes and the guarded views into
+    them, made once per device and reused call after call. Each call sends the whole
+    template over them again (guards included) and owns them until the next call of
+    the same geometry, so a stray write in one call cannot outlive it."""
+
+    def __init__(self, layout: StagedLayout, parts: list, device: torch.device) -> None:
+        self.device_bytes = torch.from_numpy(layout.template.copy()).to(device)
+        self.parts = tuple(
+            Guarded(shape, pad, _TORCH[np.dtype(dtype)], fill, device, lead,
+                    buffer=self.device_bytes[a:b].view(_TORCH[np.dtype(dtype)]).reshape(outer))
+            for (shape, pad, dtype, fill, lead), (a, b), outer in zip(parts, layout.spans, layout.shapes))
+        table, qsl, positions, out = self.parts
+        self.inputs = (handed(qsl.view), handed(positions.view), handed(table.view))
+        self.outputs = tuple(handed(out.view[i]) for i in range(out.view.shape[0]))
+        self.owner: object = None
+
+
+@functools.lru_cache(maxsize=256)
+def staged_buffers(geometry: tuple[int, ...], device: torch.device) -> StagedBuffers:
+    return StagedBuffers(staged_layout(*geometry), call_parts(*geometry), device)
+
+
 class StagedCall(GuardedCall):
     """A GuardedCall on host inputs (the table excepted, which is the implementation's
     own device tensor): every buffer is laid out on the host in one byte array and
     sent in one copy; `check` brings all of them back, with the table they were
-    copied from, in one read-back and compares on the host."""
+    copied from, in one read-back and compares on the host.
+
+    The device buffers of a geometry are made once and reused (staged_buffers): a
+    call must be checked before the next call of its geometry is made, and checking
+    it afterwards is refused rather than misread as a stray write."""
 
     def __init__(self, table: torch.Tensor, qsl: np.ndarray, positions: np.ndarray, max_tokens: int,
                  outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
         rows, width = table.shape
-        layout = staged_layout(rows, width, len(qsl) - 1, len(positions), len(outputs), max_tokens)
+        geometry = (rows, width, len(qsl) - 1, len(positions), len(outputs), max_tokens)
+        layout = staged_layout(*geometry)
         self.spans = layout.spans
         # What the kernel is handed, byte for byte; self.host views each buffer in it.
         self.packed = layout.template.copy()
@@ -203,22 +231,36 @@ class StagedCall(GuardedCall):
                      for (a, b), dtype, shape in zip(layout.spans, layout.dtypes, layout.shapes)]
         self.host[1][layout.insides[1]] = qsl
         self.host[2][layout.insides[2]] = positions
-        self.device_bytes = torch.from_numpy(self.packed).to(table.device, copy=True)  # never `packed` itself
-        buffers = tuple(self.device_bytes[a:b].view(_TORCH[host.dtype]).reshape(host.shape)
-                        for host, (a, b) in zip(self.host, self.spans))
-        super().__init__(rows, width, len(qsl) - 1, len(positions), max_tokens, table.device, outputs, label,
-                         buffers=buffers)
+        self.stage = staged_buffers(geometry, table.device)
+        self.stage.owner = self
+        self.device_bytes = self.stage.device_bytes
+        # A copy, never `packed` itself; on a GPU sent without waiting for the device.
+        staging = torch.from_numpy(self.packed)
+        if self.device_bytes.is_cuda:
+            self.device_bytes.copy_(staging.pin_memory(), non_blocking=True)
+        else:
+            self.device_bytes.copy_(staging)
+        self.table, self.qsl, self.positions, self.out = self.stage.parts
+        self.outputs = self.out.view  # [calls, max_tokens]: UNWRITTEN
+        self.names = outputs
+        self.label = label
         self.source = table
         self.table.view.copy_(table)
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(query_start_loc, positions, block_table) as the kernel is handed them."""
-        return handed(self.qsl.view), handed(self.positions.view), handed(self.table.view)
+        return self.stage.inputs
+
+    def output(self, i: int = 0) -> torch.Tensor:
+        return self.stage.outputs[i]
 
     def check(self) -> np.ndarray:
         """Every guard and input as it was; returns the outputs [calls, max_tokens]
         on the host. One read-back for everything, one comparison when nothing was
         touched (the common case); the detail only on failure."""
+        if self.stage.owner is not self:
+            raise RuntimeError("a later call of the same geometry has reused this call's buffers: "
+                               "check each StagedCall before making the next")
         source = self.source.reshape(-1).view(torch.uint8)
         back = torch.cat([self.device_bytes, source]).cpu().numpy()
         handed_bytes, table = back[:len(self.packed)], back[len(self.packed):]

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from blocktable.checks import data_checks
-from blocktable.device import Backend
+from blocktable.device import Backend, upload
 from blocktable.groups import MultiGroupBlockTable
 from blocktable.oracle import DeviceCache, poison_value
 from blocktable.plugin import SlotMappingFn
@@ -48,7 +48,7 @@ TILE = 1024  # the kernels' token tile
 def to_host(tensors: list[torch.Tensor]) -> list[np.ndarray]:
     """Same-dtype device tensors on the host, all in one copy: each read-back waits
     for the device."""
-    flat = torch.cat([t.reshape(-1) for t in tensors]).cpu().numpy()
+    flat = (torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else tensors[0].reshape(-1)).cpu().numpy()
     arrays, start = [], 0
     for t in tensors:
         arrays.append(flat[start:start + t.numel()].reshape(t.shape))
@@ -104,6 +104,7 @@ class Lockstep:
         self.requests: dict[int, Request] = {}
         self.next_request = 0
         self.next_value = 1
+        self._invariants_held: tuple | None = None  # the state SPEC §6's invariants last held in
         self.check()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -181,9 +182,15 @@ class Lockstep:
                 raise Discrepancy(f"group {g} sequence blocks", f"expected {ref.blocks}, got {impl.blocks}")
             if ref.num_tokens != impl.num_tokens:
                 raise Discrepancy(f"group {g} sequence lengths", f"expected {ref.num_tokens}, got {impl.num_tokens}")
-        self.ref_pool.check_invariants([b for s in self.ref_seqs for b in s.live_tables()])
-        if max(self.ref_pool.ref, default=0) >= 3:
-            self.event("ref >= 3")
+        # SPEC §6's invariants are a function of the ref counts, the free queue and the
+        # live tables alone: checked again whenever any of them changed (a swap, a
+        # move or a refused call changes none of them, and neither does a decode
+        # step inside a block).
+        tables = tuple(tuple(table) for s in self.ref_seqs for table in s.live_tables())
+        state = (self.ref_pool.ref.tobytes(), tuple(self.ref_pool.free_queue), tables)
+        if state != self._invariants_held:
+            self.ref_pool.check_invariants(tables)
+            self._invariants_held = state
 
     def _both(self, what: str, ref_call: Callable[[], Any], impl_call: Callable[[], Any]) -> tuple[Any, Any]:
         """Run a call on both sides; they must both succeed or both raise the same type."""
@@ -234,6 +241,8 @@ class Lockstep:
         self._place(child, row, blocks)
         if req.depth + 1 >= 2:
             self.event("fork depth >= 2")
+        if self.ref_pool.ref.max() >= 3:  # only a fork raises a ref
+            self.event("ref >= 3")
         return child
 
     def _finish(self, request: int, clear: bool = False) -> None:
@@ -392,7 +401,7 @@ class Lockstep:
             self.event("ids offset toward 2**31-1")
 
         # One upload for every group.
-        values_device = torch.from_numpy(np.array(values, dtype=np.int64)).to(self.backend.device)
+        values_device = upload(torch.from_numpy(np.array(values, dtype=np.int64)), self.backend)
         for g in range(len(self.layouts)):
             self._check_group(g, qsl, positions_np, values_device, N)
         for r, chunk in enumerate(chunks):
@@ -482,9 +491,10 @@ class Lockstep:
         qsl_view, pos_view, table_view = call.inputs()
         for i, R in enumerate(ranks):
             try:
-                # The inputs are the same for every rank: our wrappers' data checks (each
-                # a device sync) see them on the first call; repeating them adds nothing.
-                with data_checks(i == 0):
+                # query_start_loc and positions are the same for every rank of every group:
+                # our wrappers' data checks (each a device sync) see them on the step's
+                # first call; repeating them adds nothing.
+                with data_checks(g == 0 and i == 0):
                     self.kernel(qsl_view, pos_view, table_view, call.output(i), cp_rank=R, **kw)
             except Exception as e:  # a kernel that refuses valid input is wrong too
                 raise Discrepancy(f"group {g} rank {R} slot mapping",
@@ -495,31 +505,30 @@ class Lockstep:
         """SPEC §7: every live sequence, read through each group's device table on every
         rank, equals its history; each token is held by exactly one rank. Every
         group's read is launched first and all come back in one copy."""
-        rows, positions, expected = [], [], []
-        for rid in self.live():
-            req = self.requests[rid]
-            if req.written:
-                rows.extend([req.row] * req.written)
-                positions.extend(range(req.written))
-                expected.extend(self.history[rid][:req.written])
-        if not positions:
+        held = [self.requests[rid] for rid in self.live() if self.requests[rid].written]
+        if not held:
             return
-        rows_np, positions_np = np.array(rows, dtype=np.int32), np.array(positions, dtype=np.int64)
+        counts = np.array([req.written for req in held])
+        rows_np = np.repeat(np.array([req.row for req in held], dtype=np.int32), counts)
+        # Each request's positions 0 .. written-1, all requests end to end.
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        positions_np = np.arange(len(rows_np), dtype=np.int64) - starts
+        want = np.concatenate([np.array(self.history[req.id][:req.written], dtype=np.int64) for req in held])
         reads = [self.caches[g].gather(self.tables[g].device_tensor, rows_np, positions_np,
                                        kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size,
                                        cp_world_size=lay.world, cp_interleave=lay.interleave)
                  for g, lay in enumerate(self.layouts)]
-        want = np.array(expected, dtype=np.int64)
         poison = poison_value()
         for g, got in enumerate(to_host(reads)):
-            held = (got != poison).sum(axis=0)
-            if (held != 1).any():
-                i = int(np.argmax(held != 1))
-                raise Discrepancy(f"group {g} data read-back", f"position {positions[i]} of request "
-                                                               f"{self.rows[rows[i]]} is held by {held[i]} ranks")
+            ranks = (got != poison).sum(axis=0)
+            if (ranks != 1).any():
+                i = int(np.argmax(ranks != 1))
+                raise Discrepancy(f"group {g} data read-back", f"position {positions_np[i]} of request "
+                                                               f"{self.rows[rows_np[i]]} is held by {ranks[i]} ranks")
             merged = np.where(got != poison, got, 0).sum(axis=0)
             if not np.array_equal(merged, want):
                 i = int(np.argmax(merged != want))
                 raise Discrepancy(f"group {g} data read-back",
-                                  f"request {self.rows[rows[i]]} position {positions[i]}: expected value {want[i]}, "
-                                  f"read {merged[i]} ({int((merged != want).sum())} of {len(want)} values differ)")
+                                  f"request {self.rows[rows_np[i]]} position {positions_np[i]}: expected value "
+                                  f"{want[i]}, read {merged[i]} ({int((merged != want).sum())} of {len(want)} "
+                                  f"values differ)")

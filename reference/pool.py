@@ -36,7 +36,7 @@ class BlockPool:
             raise ValueError(f"num_blocks must be an int >= {2 if null_block else 1}, got {num_blocks!r}")
         self.num_blocks = num_blocks
         self.null_block = null_block
-        self.ref = [0] * num_blocks
+        self.ref = np.zeros(num_blocks, dtype=np.int64)  # per block: how many live tables hold it
         first = 1 if null_block else 0
         self.free_queue: list[int] = list(range(first, num_blocks))
 

@@ -66,7 +66,7 @@ class SequenceBlocks:
     def _last_block_shared_and_partial(self, seq: int) -> bool:
         blocks = self.blocks[seq]
         partial = self.num_tokens[seq] % self.tokens_per_block != 0
-        return bool(blocks) and partial and self.pool.ref[blocks[-1]] > 1
+        return bool(blocks) and partial and bool(self.pool.ref[blocks[-1]] > 1)
 
     # -- operations ------------------------------------------------------------------
 

@@ -155,3 +155,28 @@ def test_staged_buffers_equal_the_device_built_ones(rows, width, num_reqs, num_t
             assert torch.equal(mine.buffer, theirs.buffer)
         outputs = staged_call.check()
         assert outputs.shape == (calls, max_tokens) and (outputs == UNWRITTEN).all()
+
+
+def test_a_staged_call_checked_after_its_buffers_were_reused_is_refused():
+    """Calls of one geometry share their device buffers: checking a call after the next
+    one was made would compare its inputs with the next call's, a false alarm. It is
+    refused instead, and the newer call checks clean."""
+    first = StagedCall(TABLE.clone(), QSL, POSITIONS, 8)
+    second = StagedCall(TABLE.clone() + 1, QSL, POSITIONS + 1, 8)
+    assert second.device_bytes.data_ptr() == first.device_bytes.data_ptr()
+    with pytest.raises(RuntimeError, match="reused this call's buffers"):
+        first.check()
+    second.check()
+    assert torch.equal(second.inputs()[2], TABLE + 1) and np.array_equal(second.inputs()[1].numpy(), POSITIONS + 1)
+
+
+def test_a_stray_write_does_not_outlive_its_call():
+    """A call that finds a stray write leaves the guards broken on the device; the
+    next call of that geometry sends them whole again."""
+    call, outs = guarded_call(staged)
+    call.positions.buffer[-1] = 0
+    with pytest.raises(Discrepancy, match="positions guard"):
+        call.check()
+    again, outs = guarded_call(staged)
+    assert again.device_bytes.data_ptr() == call.device_bytes.data_ptr()
+    again.check()

@@ -26,7 +26,7 @@ def test_a_block_still_shared_is_not_queued():
     ids = pool.allocate(2)
     pool.share(ids)
     pool.free(ids[::-1])
-    assert pool.free_queue == [3] and pool.ref[1:] == [1, 1, 0]
+    assert pool.free_queue == [3] and pool.ref[1:].tolist() == [1, 1, 0]
     pool.free(ids[::-1])
     assert pool.free_queue == [3, 2, 1]
 
