@@ -84,15 +84,20 @@ def current() -> Backend:
     return _selected if _selected is not None else select("auto")
 
 
+def copy_from_host(device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+    """`device_tensor.copy_(host)` without waiting for the device: on a GPU through
+    pinned memory, asynchronously (torch's pinned allocator keeps the staging block
+    until the copy has run, so the caller may change `host` at once)."""
+    if device_tensor.is_cuda:
+        return device_tensor.copy_(host.pin_memory(), non_blocking=True)
+    return device_tensor.copy_(host)
+
+
 def upload(host: torch.Tensor, backend: Backend | None = None) -> torch.Tensor:
-    """A new device tensor holding a copy of a CPU tensor, sent without waiting for the
-    device: on a GPU through pinned memory, asynchronously (torch's pinned allocator
-    keeps the staging block until the copy has run, so the caller may change `host`
-    at once); on the CPU a plain copy, never `host` itself."""
+    """A new tensor on the backend's device holding a copy of a CPU tensor (never
+    `host` itself, on the CPU too), sent without waiting for the device."""
     backend = backend or current()
-    if backend.name == "cuda":
-        return host.pin_memory().to(backend.device, non_blocking=True)
-    return host.clone()
+    return copy_from_host(torch.empty(host.shape, dtype=host.dtype, device=backend.device), host)
 
 
 def check_tensor(name: str, tensor: object, dtype: torch.dtype, ndim: int | None = None,

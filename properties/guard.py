@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from blocktable.device import copy_from_host
 from blocktable.properties.compare import Discrepancy
 
 GUARD_BLOCK = -0x5A5A5A5A  # a negative block id: any slot made from it is negative and not -1
@@ -110,14 +111,12 @@ class GuardedCall:
     each call's output in reports, `label` the calls themselves."""
 
     def __init__(self, rows: int, width: int, num_reqs: int, num_tokens: int, max_tokens: int,
-                 device: torch.device, outputs: tuple[str, ...] = ("slot_mapping",), label: str = "",
-                 buffers: tuple[torch.Tensor, ...] | None = None) -> None:
-        given = buffers or (None,) * 4
+                 device: torch.device, outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
         self.table, self.qsl, self.positions, self.out = (
-            Guarded(shape, pad, _TORCH[np.dtype(dtype)], fill, device, lead, buffer=buffer)
-            for (shape, pad, dtype, fill, lead), buffer in zip(
-                call_parts(rows, width, num_reqs, num_tokens, len(outputs), max_tokens), given))
-        self.outputs = self.out.view if buffers else self.out.pour(UNWRITTEN)  # [calls, max_tokens]: UNWRITTEN
+            Guarded(shape, pad, _TORCH[np.dtype(dtype)], fill, device, lead)
+            for shape, pad, dtype, fill, lead in call_parts(rows, width, num_reqs, num_tokens, len(outputs),
+                                                            max_tokens))
+        self.outputs = self.out.pour(UNWRITTEN)  # [calls, max_tokens]
         self.names = outputs
         self.label = label
 
@@ -234,12 +233,7 @@ class StagedCall(GuardedCall):
         self.stage = staged_buffers(geometry, table.device)
         self.stage.owner = self
         self.device_bytes = self.stage.device_bytes
-        # A copy, never `packed` itself; on a GPU sent without waiting for the device.
-        staging = torch.from_numpy(self.packed)
-        if self.device_bytes.is_cuda:
-            self.device_bytes.copy_(staging.pin_memory(), non_blocking=True)
-        else:
-            self.device_bytes.copy_(staging)
+        copy_from_host(self.device_bytes, torch.from_numpy(self.packed))  # a copy, never `packed` itself
         self.table, self.qsl, self.positions, self.out = self.stage.parts
         self.outputs = self.out.view  # [calls, max_tokens]: UNWRITTEN
         self.names = outputs
