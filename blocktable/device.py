@@ -7,10 +7,13 @@ process, here, before any kernel module loads, and every report names it.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
+from typing import Sequence
 
+import numpy as np
 import torch
 
 INTERPRET_VARIABLE = "TRITON_INTERPRET"
@@ -98,6 +101,26 @@ def upload(host: torch.Tensor, backend: Backend | None = None) -> torch.Tensor:
     `host` itself, on the CPU too), sent without waiting for the device."""
     backend = backend or current()
     return copy_from_host(torch.empty(host.shape, dtype=host.dtype, device=backend.device), host)
+
+
+@functools.lru_cache(maxsize=None)
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+def to_host(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:
+    """Copies of device tensors (any dtypes, any shapes) on the host, all brought back
+    in one transfer: each read-back waits for the device, so a caller gathers what it
+    needs into one. Each array is the host's own, never a view of a CPU tensor."""
+    if not tensors:
+        return []
+    flat = torch.cat([t.reshape(-1).view(torch.uint8) for t in tensors]).cpu().numpy()
+    arrays, start = [], 0
+    for t in tensors:
+        size = t.numel() * t.element_size()
+        arrays.append(flat[start:start + size].view(_numpy_dtype(t.dtype)).reshape(t.shape))
+        start += size
+    return arrays
 
 
 def check_tensor(name: str, tensor: object, dtype: torch.dtype, ndim: int | None = None,

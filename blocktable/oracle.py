@@ -17,6 +17,7 @@ overrides; both are proven equal to the reference's paged-cache model.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -43,6 +44,34 @@ def out_of_cache_value() -> int:
 
 
 ENGINES = ("triton", "torch")
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What to read back: row rows[i], position positions[i] for each i. Checked on
+    the host and sent once (Reads.send), so that many caches can read the same list
+    (every group of a lockstep step does) without a check or a copy each."""
+
+    rows: np.ndarray  # int32 [M], on the host
+    positions: np.ndarray  # int64 [M], on the host
+    rows_device: torch.Tensor
+    positions_device: torch.Tensor
+
+    @classmethod
+    def send(cls, rows: np.ndarray, positions: np.ndarray, backend: Backend | None = None) -> Reads:
+        for name, array, dtype in (("rows", rows, np.int32), ("positions", positions, np.int64)):
+            if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != 1:
+                raise TypeError(f"{name} must be a 1-D {np.dtype(dtype)} array, got "
+                                f"{getattr(array, 'dtype', type(array).__name__)} {getattr(array, 'shape', '')}")
+        M = len(positions)
+        if len(rows) != M:
+            raise ValueError(f"{len(rows)} rows for {M} positions")
+        if M and (rows < 0).any():
+            raise ValueError("gather: row indices must be >= 0")
+        if M and (positions < 0).any():
+            raise ValueError("gather: positions must be >= 0")
+        sent = upload(torch.from_numpy(np.concatenate([rows.astype(np.int64), positions])), backend)
+        return cls(rows, positions, sent[:M].to(torch.int32), sent[M:])
 
 
 class DeviceCache:
@@ -148,38 +177,50 @@ class DeviceCache:
         of table row rows[i]; POISON where the rank does not hold it, OUT_OF_CACHE
         where the row points outside the cache. One rank per DCP rank of W. rows and
         positions may be host arrays (int32, int64): checked there, then sent."""
-        from blocktable.kernels.kv_oracle import gather
-
+        kw = dict(kv_block_size=kv_block_size, kernel_block_size=kernel_block_size, cp_world_size=cp_world_size,
+                  cp_interleave=cp_interleave)
+        if isinstance(rows, np.ndarray) and isinstance(positions, np.ndarray):
+            return self.read(block_table, Reads.send(rows, positions, self.backend), **kw)
         check_tensor("block_table", block_table, torch.int32, 2, self.backend)
-        on_host = isinstance(rows, np.ndarray) and isinstance(positions, np.ndarray)
-        if on_host:
-            for name, array, dtype in (("rows", rows, np.int32), ("positions", positions, np.int64)):
-                if array.dtype != dtype or array.ndim != 1:
-                    raise TypeError(f"{name} must be a 1-D {np.dtype(dtype)} array, got {array.dtype} {array.shape}")
-        else:
-            check_tensor("rows", rows, torch.int32, 1, self.backend)
-            check_tensor("positions", positions, torch.int64, 1, self.backend)
-        if cp_world_size != self.ranks:
-            raise ValueError(f"a cache of {self.ranks} ranks read as {cp_world_size} DCP ranks")
+        check_tensor("rows", rows, torch.int32, 1, self.backend)
+        check_tensor("positions", positions, torch.int64, 1, self.backend)
+        self._check_ranks(cp_world_size)
         M = len(positions)
         if len(rows) != M:
             raise ValueError(f"{len(rows)} rows for {M} positions")
         if M:
-            if on_host:
-                bad_row, bad_position = ((rows < 0) | (rows >= block_table.shape[0])).any(), (positions < 0).any()
-            else:
-                bad_row, bad_position = torch.stack([((rows < 0) | (rows >= block_table.shape[0])).any(),
-                                                     (positions < 0).any()]).tolist()  # one device sync for both
+            bad_row, bad_position = torch.stack([((rows < 0) | (rows >= block_table.shape[0])).any(),
+                                                 (positions < 0).any()]).tolist()  # one device sync for both
             if bad_row:
                 raise ValueError(f"gather: a row index lies outside the table's {block_table.shape[0]} rows")
             if bad_position:
                 raise ValueError("gather: positions must be >= 0")
-        if on_host:
-            sent = upload(torch.from_numpy(np.concatenate([rows.astype(np.int64), positions])), self.backend)
-            rows, positions = sent[:M].to(torch.int32), sent[M:]
+        return self._gather(block_table, rows, positions, **kw)
+
+    def read(self, block_table: torch.Tensor, reads: Reads, *, kv_block_size: int, kernel_block_size: int,
+             cp_world_size: int = 1, cp_interleave: int = 1) -> torch.Tensor:
+        """`gather` of reads already checked and sent (Reads.send): what every group of a
+        step reads, sent once. Checked against this table on the host."""
+        check_tensor("block_table", block_table, torch.int32, 2, self.backend)
+        self._check_ranks(cp_world_size)
+        if reads.rows.size and int(reads.rows.max()) >= block_table.shape[0]:
+            raise ValueError(f"gather: a row index lies outside the table's {block_table.shape[0]} rows")
+        return self._gather(block_table, reads.rows_device, reads.positions_device, kv_block_size=kv_block_size,
+                            kernel_block_size=kernel_block_size, cp_world_size=cp_world_size,
+                            cp_interleave=cp_interleave)
+
+    def _check_ranks(self, cp_world_size: int) -> None:
+        if cp_world_size != self.ranks:
+            raise ValueError(f"a cache of {self.ranks} ranks read as {cp_world_size} DCP ranks")
+
+    def _gather(self, block_table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, *, kv_block_size: int,
+                kernel_block_size: int, cp_world_size: int, cp_interleave: int) -> torch.Tensor:
+        from blocktable.kernels.kv_oracle import gather
+
         if self.engine == "torch":
             return self._gather_torch(block_table, rows, positions, kv_block_size, kernel_block_size,
                                       cp_world_size, cp_interleave)
+        M = len(positions)
         out = torch.empty((self.ranks, M), dtype=torch.int64, device=self.backend.device)
         if M:
             tile = _tile(self.backend)

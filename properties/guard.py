@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from blocktable.device import copy_from_host
+from blocktable.device import copy_from_host, to_host
 from blocktable.properties.compare import Discrepancy
 
 GUARD_BLOCK = -0x5A5A5A5A  # a negative block id: any slot made from it is negative and not -1
@@ -186,13 +186,18 @@ def staged_layout(rows: int, width: int, num_reqs: int, num_tokens: int, calls: 
 
 
 class StagedBuffers:
-    """The device side of one call geometry: its bytes and the guarded views into
-    them, made once per device and reused call after call. Each call sends the whole
-    template over them again (guards included) and owns them until the next call of
-    the same geometry, so a stray write in one call cannot outlive it."""
+    """Both sides of one call geometry, made once per device and reused call after
+    call: the host bytes a call is laid out in (pinned on a GPU, so that they go
+    over without a wait) and the device bytes with the guarded views into them.
+    Each call lays the whole template out again (guards included), sends it, and
+    owns both until the next call of the same geometry, so a stray write in one call
+    cannot outlive it."""
 
     def __init__(self, layout: StagedLayout, parts: list, device: torch.device) -> None:
-        self.device_bytes = torch.from_numpy(layout.template.copy()).to(device)
+        self.host_bytes = torch.from_numpy(layout.template.copy())
+        if device.type == "cuda":
+            self.host_bytes = self.host_bytes.pin_memory()
+        self.device_bytes = torch.empty_like(self.host_bytes, device=device).copy_(self.host_bytes)
         self.parts = tuple(
             Guarded(shape, pad, _TORCH[np.dtype(dtype)], fill, device, lead,
                     buffer=self.device_bytes[a:b].view(_TORCH[np.dtype(dtype)]).reshape(outer))
@@ -204,7 +209,9 @@ class StagedBuffers:
 
 
 @functools.lru_cache(maxsize=256)  # at most about 0.8 MB each (a 16k-token table and 8 ranks' outputs)
-def staged_buffers(geometry: tuple[int, ...], device: torch.device) -> StagedBuffers:
+def staged_buffers(geometry: tuple[int, ...], device: torch.device, slot: int = 0) -> StagedBuffers:
+    """The buffers of `geometry`; calls that must coexist (one per group in a step,
+    checked together) take different `slot`s."""
     return StagedBuffers(staged_layout(*geometry), call_parts(*geometry), device)
 
 
@@ -219,21 +226,24 @@ class StagedCall(GuardedCall):
     it afterwards is refused rather than misread as a stray write."""
 
     def __init__(self, table: torch.Tensor, qsl: np.ndarray, positions: np.ndarray, max_tokens: int,
-                 outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
+                 outputs: tuple[str, ...] = ("slot_mapping",), label: str = "", slot: int = 0) -> None:
         rows, width = table.shape
         geometry = (rows, width, len(qsl) - 1, len(positions), len(outputs), max_tokens)
         layout = staged_layout(*geometry)
         self.spans = layout.spans
+        self.stage = staged_buffers(geometry, table.device, slot)
+        self.stage.owner = self._ticket = object()  # not the call itself: the cache must not keep it alive
         # What the kernel is handed, byte for byte; self.host views each buffer in it.
-        self.packed = layout.template.copy()
+        # The previous call of this geometry was checked (a read-back: its copy from
+        # these bytes has run) or abandoned (its copy runs first and is overwritten).
+        self.packed = self.stage.host_bytes.numpy()
+        self.packed[:] = layout.template
         self.host = [self.packed[a:b].view(dtype).reshape(shape)
                      for (a, b), dtype, shape in zip(layout.spans, layout.dtypes, layout.shapes)]
         self.host[1][layout.insides[1]] = qsl
         self.host[2][layout.insides[2]] = positions
-        self.stage = staged_buffers(geometry, table.device)
-        self.stage.owner = self._ticket = object()  # not the call itself: the cache must not keep it alive
         self.device_bytes = self.stage.device_bytes
-        copy_from_host(self.device_bytes, torch.from_numpy(self.packed))  # a copy, never `packed` itself
+        copy_from_host(self.device_bytes, self.stage.host_bytes)  # never the caller's arrays themselves
         self.table, self.qsl, self.positions, self.out = self.stage.parts
         self.outputs = self.out.view  # [calls, max_tokens]: UNWRITTEN
         self.names = outputs
@@ -248,18 +258,20 @@ class StagedCall(GuardedCall):
     def output(self, i: int = 0) -> torch.Tensor:
         return self.stage.outputs[i]
 
-    def check(self) -> np.ndarray:
-        """Every guard and input as it was; returns the outputs [calls, max_tokens]
-        on the host. One read-back for everything, one comparison when nothing was
-        touched (the common case); the detail only on failure."""
-        if self.stage.owner is not self._ticket:
-            raise RuntimeError("a later call of the same geometry has reused this call's buffers: "
-                               "check each StagedCall before making the next")
-        source = self.source.reshape(-1).view(torch.uint8)
-        back = torch.cat([self.device_bytes, source]).cpu().numpy()
-        handed_bytes, table = back[:len(self.packed)], back[len(self.packed):]
+    def readback(self) -> list[torch.Tensor]:
+        """What `check` compares: the bytes the kernel was handed and the table they were
+        copied from. A caller with several calls brings all of them back in one copy."""
+        self._refuse_if_reused()
+        return [self.device_bytes, self.source]
+
+    def check(self, back: list[np.ndarray] | None = None) -> np.ndarray:
+        """Every guard and input as it was; returns the outputs [calls, max_tokens] on
+        the host. `back`: `readback()` already on the host (else it is read here). One
+        comparison when nothing was touched (the common case); the detail only on failure."""
+        self._refuse_if_reused()
+        handed_bytes, table = to_host(self.readback()) if back is None else back
         now = [handed_bytes[a:b].view(host.dtype).reshape(host.shape) for host, (a, b) in zip(self.host, self.spans)]
-        self.host[0][self.table.index] = table.view(np.int32).reshape(self.source.shape)  # as it was copied
+        self.host[0][self.table.index] = table  # as it was copied
         outputs = now[3][self.out.index]
         self.host[3][self.out.index] = outputs  # the kernel's to write
         if np.array_equal(handed_bytes, self.packed):
@@ -268,6 +280,11 @@ class StagedCall(GuardedCall):
                       for (guarded, _), n, host in zip(self.parts(), now, self.host)])
         where = int(np.flatnonzero(handed_bytes != self.packed)[0])
         raise Discrepancy(f"{self.label} guard".strip(), f"the kernel wrote between the guarded buffers (byte {where})")
+
+    def _refuse_if_reused(self) -> None:
+        if self.stage.owner is not self._ticket:
+            raise RuntimeError("a later call of the same geometry has reused this call's buffers: "
+                               "check each StagedCall before making the next")
 
 
 _TORCH = {np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64}

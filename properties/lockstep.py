@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from blocktable.checks import data_checks
-from blocktable.device import Backend, upload
+from blocktable.device import Backend, to_host, upload
 from blocktable.groups import MultiGroupBlockTable
-from blocktable.oracle import DeviceCache, poison_value
+from blocktable.oracle import DeviceCache, Reads, poison_value
 from blocktable.plugin import SlotMappingFn
 from blocktable.pool import BlockPool
 from blocktable.properties import fault
@@ -43,17 +43,6 @@ from blocktable.sequence import SequenceBlocks
 from blocktable.table import BlockTable
 
 TILE = 1024  # the kernels' token tile
-
-
-def to_host(tensors: list[torch.Tensor]) -> list[np.ndarray]:
-    """Same-dtype device tensors on the host, all in one copy: each read-back waits
-    for the device."""
-    flat = (torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else tensors[0].reshape(-1)).cpu().numpy()
-    arrays, start = [], 0
-    for t in tensors:
-        arrays.append(flat[start:start + t.numel()].reshape(t.shape))
-        start += t.numel()
-    return arrays
 
 
 @dataclass
@@ -105,6 +94,7 @@ class Lockstep:
         self.next_request = 0
         self.next_value = 1
         self._invariants_held: tuple | None = None  # the state SPEC §6's invariants last held in
+        self._device_rows: list[np.ndarray] | None = None  # the device tables, read back at the end of a step
         self.check()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -117,6 +107,7 @@ class Lockstep:
             self.on_step(step)
         self.program.append(dict(step))
         args = {k: v for k, v in step.items() if k != "op"}
+        self._device_rows = None
         try:
             result = getattr(self, f"_{op}")(**args)
             self.check()
@@ -173,7 +164,10 @@ class Lockstep:
     # -- the comparisons after every step -----------------------------------------------
 
     def check(self) -> None:
-        device_rows = to_host([self.tables[g].device_tensor for g in range(len(self.layouts))])
+        # A step reads the device tables back with its data, after its last launch.
+        device_rows, self._device_rows = self._device_rows, None
+        if device_rows is None:
+            device_rows = to_host([self.tables[g].device_tensor for g in range(len(self.layouts))])
         for g, rows in enumerate(device_rows):
             assert_table_equal(f"group {g} table", self.ref_tables[g], self.tables[g], rows)
         assert_pool_equal("pool", self.ref_pool, self.pool)
@@ -381,29 +375,27 @@ class Lockstep:
 
         qsl = np.zeros(N + 1, dtype=np.int32)
         qsl[1:] = np.cumsum(chunks, dtype=np.int64)
-        positions, values = [], []
+        positions_parts, value_parts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
         for r, chunk in enumerate(chunks):
             if not chunk:
                 continue
             req = self.requests[self.rows[r]]
-            history = self.history[req.id]
-            for p in range(req.written, req.written + chunk):
-                positions.append(p)
-                if p < len(history):
-                    values.append(history[p])  # recompute: the same token, the same value
-                else:
-                    values.append(self.next_value)
-                    self.next_value += 1
-        positions_np = np.array(positions, dtype=np.int64)
+            start, stop = req.written, req.written + chunk
+            again = self.history[req.id][start:stop]  # recompute: the same tokens, the same values
+            fresh = chunk - len(again)
+            positions_parts.append(np.arange(start, stop, dtype=np.int64))
+            value_parts += [np.array(again, dtype=np.int64),
+                            np.arange(self.next_value, self.next_value + fresh, dtype=np.int64)]
+            self.next_value += fresh
+        positions_np, values = np.concatenate(positions_parts), np.concatenate(value_parts)
         if any(c > TILE or (s // TILE != (s + c - 1) // TILE) for s, c in zip(qsl[:-1], chunks) if c):
             self.event("tile crossing")
         if self.world.id_offset:
             self.event("ids offset toward 2**31-1")
 
         # One upload for every group.
-        values_device = upload(torch.from_numpy(np.array(values, dtype=np.int64)), self.backend)
-        for g in range(len(self.layouts)):
-            self._check_group(g, qsl, positions_np, values_device, N)
+        values_device = upload(torch.from_numpy(values), self.backend)
+        self._check_groups(qsl, positions_np, values_device, N)
         for r, chunk in enumerate(chunks):
             if chunk:
                 req = self.requests[self.rows[r]]
@@ -411,7 +403,7 @@ class Lockstep:
                 req.written += chunk
         self._read_back()
         self.steps_checked += 1
-        self.steps_with_tokens += bool(len(positions))
+        self.steps_with_tokens += bool(len(positions_np))
 
     def _grow(self, rid: int, row: int, q: int) -> int:
         """How many tokens request rid computes this step, allocating (and copying on
@@ -448,25 +440,43 @@ class Lockstep:
                 self.event("row filled to its width")
         return q
 
-    def _check_group(self, g: int, qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor, N: int) -> None:
-        """Slot mappings on every rank against the reference, then the copy-on-write
-        copies and the writes into this group's paged caches."""
+    def _check_groups(self, qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor, N: int) -> None:
+        """Every group's kernel calls (all its ranks, on one set of guarded inputs), their
+        guards and outputs back in one copy, then per group: the slot mappings against
+        the reference, the copy-on-write copies and the writes into its paged caches."""
+        pairs = []
+        for g in range(len(self.layouts)):
+            ref_pairs, impl_pairs = self.ref_seqs[g].take_cow_pairs(), self.seqs[g].take_cow_pairs()
+            if ref_pairs != impl_pairs:
+                raise Discrepancy(f"group {g} copy-on-write pairs", f"expected {ref_pairs}, got {impl_pairs}")
+            pairs.append(ref_pairs)
+        calls = [self._slot_calls(g, qsl, positions, N, range(lay.world)) for g, lay in enumerate(self.layouts)]
+        back = to_host([t for call in calls for t in call.readback()])
+        for g, call in enumerate(calls):
+            lay = self.layouts[g]
+            try:
+                actual = call.check(back[2 * g:2 * g + 2])
+            except Discrepancy:
+                for R in range(lay.world if lay.world > 1 else 0):  # whose call did it: each rank alone
+                    self._slot_calls(g, qsl, positions, N, [R]).check()
+                raise
+            self._compare_slots(g, qsl, positions, N, actual)
+            cache = self.caches[g]
+            cache.copy_blocks([(s + self.world.id_offset, d + self.world.id_offset) for s, d in pairs[g]],
+                              lay.kv_block_size)
+            cache.write(call.outputs, values, host_copy=actual)
+
+    def _slot_config(self, g: int) -> dict[str, int]:
         lay = self.layouts[g]
-        W = lay.world
-        Tmax = self.world.max_num_batched_tokens
-        ref_pairs, impl_pairs = self.ref_seqs[g].take_cow_pairs(), self.seqs[g].take_cow_pairs()
-        if ref_pairs != impl_pairs:
-            raise Discrepancy(f"group {g} copy-on-write pairs", f"expected {ref_pairs}, got {impl_pairs}")
-        kw = dict(kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size, cp_world_size=W,
-                  cp_interleave=lay.interleave)
-        call = self._slot_calls(g, qsl, positions, N, range(W), kw)
-        try:
-            actual = call.check()
-        except Discrepancy:
-            for R in range(W if W > 1 else 0):  # which rank's call did it: each alone, checked alone
-                self._slot_calls(g, qsl, positions, N, [R], kw).check()
-            raise
-        every_rank = reference_slot_mappings(qsl, positions, self.ref_tables[g].device, Tmax, **kw)
+        return dict(kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size, cp_world_size=lay.world,
+                    cp_interleave=lay.interleave)
+
+    def _compare_slots(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, actual: np.ndarray) -> None:
+        """Group g's slot mapping of every rank against the reference (whole [Tmax] outputs)."""
+        kw = self._slot_config(g)
+        W = kw["cp_world_size"]
+        every_rank = reference_slot_mappings(qsl, positions, self.ref_tables[g].device,
+                                             self.world.max_num_batched_tokens, **kw)
         for R in range(W):
             expected = every_rank[R]
             check_slot_mapping(f"group {g} rank {R} slot mapping", expected, actual[R], group=g, rank=R,
@@ -474,20 +484,16 @@ class Lockstep:
                                table=self.ref_tables[g].device, requests=self.rows[:N])
             if W > 1 and len(positions) and (expected[:len(positions)] < 0).any():
                 self.event("non-local DCP tokens")
-        cache = self.caches[g]
-        cache.copy_blocks([(s + self.world.id_offset, d + self.world.id_offset) for s, d in ref_pairs],
-                          lay.kv_block_size)
-        cache.write(call.outputs, values, host_copy=actual)
 
-    def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Iterable[int],
-                    kw: dict[str, int]) -> StagedCall:
+    def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Iterable[int]) -> StagedCall:
         """The kernel under test on group g's committed table for each of `ranks`, all on
         one set of guarded inputs, each into its own guarded output. The guards are
-        the caller's to check (once for every rank: one device sync, not one per rank)."""
+        the caller's to check (every group's together: one device sync per step)."""
         ranks = list(ranks)
+        kw = self._slot_config(g)
         call = StagedCall(self.tables[g].device_tensor, qsl, positions, self.world.max_num_batched_tokens,
                           outputs=tuple(f"group {g} rank {R} slot_mapping" for R in ranks),
-                          label=f"group {g} rank {ranks[0]}" if len(ranks) == 1 else f"group {g}")
+                          label=f"group {g} rank {ranks[0]}" if len(ranks) == 1 else f"group {g}", slot=g)
         qsl_view, pos_view, table_view = call.inputs()
         for i, R in enumerate(ranks):
             try:
@@ -504,9 +510,12 @@ class Lockstep:
     def _read_back(self) -> None:
         """SPEC §7: every live sequence, read through each group's device table on every
         rank, equals its history; each token is held by exactly one rank. Every
-        group's read is launched first and all come back in one copy."""
+        group's read is launched first and all come back in one copy, with the device
+        tables for the comparisons after the step."""
+        tables = [self.tables[g].device_tensor for g in range(len(self.layouts))]
         held = [self.requests[rid] for rid in self.live() if self.requests[rid].written]
         if not held:
+            self._device_rows = to_host(tables)
             return
         counts = np.array([req.written for req in held])
         rows_np = np.repeat(np.array([req.row for req in held], dtype=np.int32), counts)
@@ -514,12 +523,12 @@ class Lockstep:
         starts = np.repeat(np.cumsum(counts) - counts, counts)
         positions_np = np.arange(len(rows_np), dtype=np.int64) - starts
         want = np.concatenate([np.array(self.history[req.id][:req.written], dtype=np.int64) for req in held])
-        reads = [self.caches[g].gather(self.tables[g].device_tensor, rows_np, positions_np,
-                                       kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size,
-                                       cp_world_size=lay.world, cp_interleave=lay.interleave)
-                 for g, lay in enumerate(self.layouts)]
+        reads = Reads.send(rows_np, positions_np, self.backend)
+        got_all = to_host(tables + [self.caches[g].read(tables[g], reads, **self._slot_config(g))
+                                    for g in range(len(self.layouts))])
+        self._device_rows = got_all[:len(tables)]
         poison = poison_value()
-        for g, got in enumerate(to_host(reads)):
+        for g, got in enumerate(got_all[len(tables):]):
             ranks = (got != poison).sum(axis=0)
             if (ranks != 1).any():
                 i = int(np.argmax(ranks != 1))

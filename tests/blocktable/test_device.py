@@ -59,3 +59,20 @@ def test_check_tensor(backend, tensor, dtype, ndim, error, match):
         tensor = tensor.to(backend.device)
     with pytest.raises(error, match=match):
         device.check_tensor("x", tensor, dtype, ndim, backend)
+
+
+def test_to_host_brings_mixed_tensors_back_whole(backend):
+    """One copy for tensors of several dtypes and shapes (a step's tables and reads);
+    each comes back with its own dtype and shape, as the host's own array."""
+    d = backend.device
+    table = torch.arange(-3, 12, dtype=torch.int32, device=d).reshape(3, 5)  # 60 bytes: the next one is unaligned
+    reads = (torch.arange(8, dtype=torch.int64, device=d) - 2**40).reshape(2, 4)
+    empty = torch.empty(0, dtype=torch.int64, device=d)
+    raw = torch.tensor([7, 255], dtype=torch.uint8, device=d)
+    got = device.to_host([table, reads, empty, raw])
+    for array, tensor in zip(got, (table, reads, empty, raw)):
+        assert array.shape == tuple(tensor.shape) and array.dtype == tensor.cpu().numpy().dtype
+        assert (array == tensor.cpu().numpy()).all()
+    table.add_(1)  # on the CPU a tensor and an array can share memory: these must not
+    assert got[0][0, 0] == -3
+    assert device.to_host([]) == []

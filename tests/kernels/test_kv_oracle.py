@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from blocktable.oracle import DeviceCache, out_of_cache_value, poison_value
+from blocktable.oracle import DeviceCache, Reads, out_of_cache_value, poison_value
 from blocktable.properties import strategies
 from blocktable.reference import PagedCache, slot_mapping
 from blocktable.reference.kvcache import POISON
@@ -141,3 +141,33 @@ def test_bad_oracle_calls_are_rejected(backend, engine, rejects):
 def test_unknown_engine_is_rejected(backend):
     with pytest.raises(ValueError, match="oracle engine must be one of triton, torch, got 'numba'"):
         DeviceCache(8, backend=backend, engine="numba")
+
+
+@ENGINES
+def test_reads_sent_once_serve_several_caches(backend, engine):
+    """A lockstep step sends its read list once and every group reads it: each read
+    equals that group's own gather from host arrays."""
+    d = backend.device
+    rows, positions = np.array([0, 1, 1], np.int32), np.array([0, 3, 9], np.int64)
+    reads = Reads.send(rows, positions, backend)
+    for K, W in ((4, 1), (8, 2)):
+        dev = DeviceCache(64, ranks=W, backend=backend, engine=engine)
+        dev.data.copy_(torch.arange(64 * W, dtype=torch.int64).reshape(W, 64))
+        table = torch.tensor([[1, 2, 3], [4, 5, 6]], dtype=torch.int32, device=d)
+        kw = dict(kv_block_size=K, kernel_block_size=K, cp_world_size=W)
+        got = dev.read(table, reads, **kw).cpu().numpy()
+        assert np.array_equal(got, dev.gather(table, rows, positions, **kw).cpu().numpy())
+        assert ((got != POISON).sum(axis=0) == 1).all()  # every position held by one rank: a real read
+        with pytest.raises(ValueError, match="a row index lies outside the table's 1 rows"):
+            dev.read(table[:1], reads, **kw)
+
+
+def test_bad_reads_are_refused_before_they_are_sent(backend):
+    with pytest.raises(ValueError, match="row indices must be >= 0"):
+        Reads.send(np.array([-1], np.int32), np.array([0], np.int64), backend)
+    with pytest.raises(ValueError, match="positions must be >= 0"):
+        Reads.send(np.array([0], np.int32), np.array([-5], np.int64), backend)
+    with pytest.raises(ValueError, match="2 rows for 1 positions"):
+        Reads.send(np.array([0, 0], np.int32), np.array([0], np.int64), backend)
+    with pytest.raises(TypeError, match="positions must be a 1-D int64 array, got int32"):
+        Reads.send(np.array([0], np.int32), np.array([0], np.int32), backend)

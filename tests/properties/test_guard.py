@@ -8,6 +8,7 @@ import torch
 
 from blocktable import plugin
 from blocktable.properties.compare import Discrepancy
+from blocktable.device import to_host
 from blocktable.properties.guard import GUARD_TOKENS, UNWRITTEN, GuardedCall, StagedCall
 from blocktable.properties.lockstep import Lockstep
 from blocktable.properties.world import GroupConfig, WorldConfig
@@ -180,3 +181,42 @@ def test_a_stray_write_does_not_outlive_its_call():
     again, outs = guarded_call(staged)
     assert again.device_bytes.data_ptr() == call.device_bytes.data_ptr()
     again.check()
+
+
+def test_staged_calls_in_different_slots_coexist():
+    """A step makes one call per group and checks them together: groups of one
+    geometry take their own slots, so neither call's buffers are reused by the other."""
+    first = StagedCall(TABLE.clone(), QSL, POSITIONS, 8, slot=0)
+    second = StagedCall(TABLE.clone() + 1, QSL, POSITIONS + 1, 8, slot=1)
+    assert second.device_bytes.data_ptr() != first.device_bytes.data_ptr()
+    back = to_host(first.readback() + second.readback())
+    first.check(back[:2])
+    second.check(back[2:])
+    assert torch.equal(first.inputs()[2], TABLE) and torch.equal(second.inputs()[2], TABLE + 1)
+
+
+def test_a_stray_write_is_reported_from_a_shared_read_back():
+    call, outs = guarded_call(staged)
+    call.qsl.buffer[-1] = 0
+    with pytest.raises(Discrepancy, match="group 0 query_start_loc guard"):
+        call.check(to_host(call.readback()))
+
+
+def test_only_the_group_whose_call_strayed_is_named(backend):
+    """Two groups of the same call geometry (only their interleave differs), checked
+    from one read-back: a stray write in group 1's rank-1 call names group 1 and
+    that rank."""
+    correct = plugin.load("triton")
+
+    def strays_in_group_1_rank_1(qsl, positions, table, out, **kw):
+        correct(qsl, positions, table, out, **kw)
+        if kw["cp_interleave"] == 2 and kw["cp_rank"] == 1 and positions.numel():
+            positions[0] += 1
+
+    world = WorldConfig(groups=(GroupConfig(16, 16, sharded=True, cp_interleave=1),
+                                GroupConfig(16, 16, sharded=True, cp_interleave=2)),
+                        cp_world_size=2, num_blocks=16, max_num_reqs=2, max_model_len=64, max_num_batched_tokens=16)
+    run = Lockstep(world, strays_in_group_1_rank_1, backend)
+    run.apply({"op": "add"})
+    with pytest.raises(Discrepancy, match="group 1 rank 1 positions guard: the kernel wrote into"):
+        run.apply({"op": "step", "query": [3]})

@@ -50,3 +50,12 @@ def test_an_untouched_cache_reads_back_clean(backend):
     run = two_requests(backend, 2)
     run.apply({"op": "step", "query": [1, 1]})
     assert run.steps_checked == 2
+
+
+def test_the_check_after_a_later_operation_reads_the_device_tables_again(backend):
+    """A step brings the device tables back with its data and the check after it uses
+    them; the next operation's check must read them afresh, not reuse the step's."""
+    run = two_requests(backend, 2)
+    run.tables[0].device_tensor[1, 0] += 1  # behind the harness's back, after the step
+    with pytest.raises(Discrepancy, match="group 0 table device rows"):
+        run.apply({"op": "swap", "a": 0, "b": 0})
