@@ -197,7 +197,7 @@ class StagedBuffers:
         self.host_bytes = torch.from_numpy(layout.template.copy())
         if device.type == "cuda":
             self.host_bytes = self.host_bytes.pin_memory()
-        self.device_bytes = torch.empty_like(self.host_bytes, device=device).copy_(self.host_bytes)
+        self.device_bytes = torch.empty_like(self.host_bytes, device=device)  # every call sends all of it
         self.parts = tuple(
             Guarded(shape, pad, _TORCH[np.dtype(dtype)], fill, device, lead,
                     buffer=self.device_bytes[a:b].view(_TORCH[np.dtype(dtype)]).reshape(outer))

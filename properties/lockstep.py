@@ -367,11 +367,11 @@ class Lockstep:
         self.ref_tables.commit(N)
         self.tables.commit(N)
         N_pad = min(N + pad, self.world.max_num_reqs)
+        padded = []  # (group, expected, the returned device rows): read back with the step's data
         if N_pad > N:
             self.event("cuda-graph padding")
-            for g in range(len(self.layouts)):
-                assert_arrays_equal(f"group {g} padded table", self.ref_tables[g].pad_for_cuda_graph(N, N_pad),
-                                    self.tables[g].pad_for_cuda_graph(N, N_pad).cpu().numpy())
+            padded = [(g, self.ref_tables[g].pad_for_cuda_graph(N, N_pad),
+                       self.tables[g].pad_for_cuda_graph(N, N_pad)) for g in range(len(self.layouts))]
 
         qsl = np.zeros(N + 1, dtype=np.int32)
         qsl[1:] = np.cumsum(chunks, dtype=np.int64)
@@ -395,13 +395,17 @@ class Lockstep:
 
         # One upload for every group.
         values_device = upload(torch.from_numpy(values), self.backend)
-        self._check_groups(qsl, positions_np, values_device, N)
+        try:
+            self._check_groups(qsl, positions_np, values_device, N)
+        except Discrepancy:
+            self._check_padded(padded)  # a padding that broke the table explains what the kernel did next
+            raise
         for r, chunk in enumerate(chunks):
             if chunk:
                 req = self.requests[self.rows[r]]
                 self.history.write(req.id, req.written, values[int(qsl[r]):int(qsl[r]) + chunk])
                 req.written += chunk
-        self._read_back()
+        self._read_back(padded)
         self.steps_checked += 1
         self.steps_with_tokens += bool(len(positions_np))
 
@@ -507,28 +511,39 @@ class Lockstep:
                                   f"the kernel raised {type(e).__name__}: {e}") from e
         return call
 
-    def _read_back(self) -> None:
+    def _check_padded(self, padded: list[tuple[int, np.ndarray, torch.Tensor]],
+                      back: list[np.ndarray] | None = None) -> None:
+        """The rows each group's pad_for_cuda_graph returned against the reference's;
+        `back`: those rows already on the host (else read here)."""
+        back = to_host([rows for _, _, rows in padded]) if back is None else back
+        for (g, expected, _), rows in zip(padded, back):
+            assert_arrays_equal(f"group {g} padded table", expected, rows)
+
+    def _read_back(self, padded: list[tuple[int, np.ndarray, torch.Tensor]]) -> None:
         """SPEC §7: every live sequence, read through each group's device table on every
         rank, equals its history; each token is held by exactly one rank. Every
         group's read is launched first and all come back in one copy, with the device
-        tables for the comparisons after the step."""
+        tables for the comparisons after the step and the rows `padded` returned
+        (checked first: they were made first)."""
         tables = [self.tables[g].device_tensor for g in range(len(self.layouts))]
         held = [self.requests[rid] for rid in self.live() if self.requests[rid].written]
+        reads = []
+        if held:
+            counts = np.array([req.written for req in held])
+            rows_np = np.repeat(np.array([req.row for req in held], dtype=np.int32), counts)
+            # Each request's positions 0 .. written-1, all requests end to end.
+            starts = np.repeat(np.cumsum(counts) - counts, counts)
+            positions_np = np.arange(len(rows_np), dtype=np.int64) - starts
+            want = np.concatenate([np.array(self.history[req.id][:req.written], dtype=np.int64) for req in held])
+            sent = Reads.send(rows_np, positions_np, self.backend)
+            reads = [self.caches[g].read(tables[g], sent, **self._slot_config(g)) for g in range(len(self.layouts))]
+        back = to_host(tables + [rows for _, _, rows in padded] + reads)
+        self._device_rows = back[:len(tables)]
+        self._check_padded(padded, back[len(tables):len(tables) + len(padded)])
         if not held:
-            self._device_rows = to_host(tables)
             return
-        counts = np.array([req.written for req in held])
-        rows_np = np.repeat(np.array([req.row for req in held], dtype=np.int32), counts)
-        # Each request's positions 0 .. written-1, all requests end to end.
-        starts = np.repeat(np.cumsum(counts) - counts, counts)
-        positions_np = np.arange(len(rows_np), dtype=np.int64) - starts
-        want = np.concatenate([np.array(self.history[req.id][:req.written], dtype=np.int64) for req in held])
-        reads = Reads.send(rows_np, positions_np, self.backend)
-        got_all = to_host(tables + [self.caches[g].read(tables[g], reads, **self._slot_config(g))
-                                    for g in range(len(self.layouts))])
-        self._device_rows = got_all[:len(tables)]
         poison = poison_value()
-        for g, got in enumerate(got_all[len(tables):]):
+        for g, got in enumerate(back[len(tables) + len(padded):]):
             ranks = (got != poison).sum(axis=0)
             if (ranks != 1).any():
                 i = int(np.argmax(ranks != 1))

@@ -9,6 +9,7 @@ from blocktable.oracle import poison_value
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.lockstep import Lockstep
 from blocktable.properties.world import GroupConfig, WorldConfig
+from blocktable.table import BlockTable
 
 
 def two_requests(backend, W):
@@ -59,3 +60,22 @@ def test_the_check_after_a_later_operation_reads_the_device_tables_again(backend
     run.tables[0].device_tensor[1, 0] += 1  # behind the harness's back, after the step
     with pytest.raises(Discrepancy, match="group 0 table device rows"):
         run.apply({"op": "swap", "a": 0, "b": 0})
+
+
+def padding_from(first_row, fill):
+    """A pad_for_cuda_graph that fills rows [first_row, num_reqs_padded) with `fill`."""
+    def pad(self, num_reqs, num_reqs_padded):
+        self.device_tensor[first_row:num_reqs_padded].fill_(fill)
+        return self.device_tensor[:num_reqs_padded]
+    return pad
+
+
+@pytest.mark.parametrize("first_row, fill", [(1, -1), (0, 0)], ids=["pads with -1", "pads a scheduled row"])
+def test_a_padding_bug_is_named_as_one(backend, monkeypatch, first_row, fill):
+    """The padded rows come back with the step's data; when the padding also broke a
+    row the kernel then read, the padding is still what the report names."""
+    run = two_requests(backend, 1)
+    run.apply({"op": "finish", "request": 1, "clear": True})
+    monkeypatch.setattr(BlockTable, "pad_for_cuda_graph", padding_from(first_row, fill))
+    with pytest.raises(Discrepancy, match="group 0 padded table"):
+        run.apply({"op": "step", "query": [1], "pad": 1})
