@@ -87,13 +87,43 @@ def current() -> Backend:
     return _selected if _selected is not None else select("auto")
 
 
+class _Staging:
+    """One pinned host buffer per device that uploads from pageable memory go through.
+    Pinning a fresh tensor for each small upload costs more than the copy itself, so
+    the buffer is kept; an event marks when the device has read it, and the next
+    upload waits for that (long done, in practice) before writing into it."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.empty(0, dtype=torch.uint8)
+        self.read = torch.cuda.Event()
+
+    def send(self, device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+        nbytes = host.numel() * host.element_size()
+        self.read.synchronize()  # an event never recorded is complete
+        if self.buffer.numel() < nbytes:
+            self.buffer = torch.empty(max(nbytes, 2 * self.buffer.numel(), 4096), dtype=torch.uint8, pin_memory=True)
+        staged = self.buffer[:nbytes].view(host.dtype).view(host.shape)
+        staged.copy_(host)
+        device_tensor.copy_(staged, non_blocking=True)
+        self.read.record(torch.cuda.current_stream(device_tensor.device))
+        return device_tensor
+
+
+_staging: dict[torch.device, _Staging] = {}
+
+
 def copy_from_host(device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
-    """`device_tensor.copy_(host)` without waiting for the device: on a GPU through
-    pinned memory, asynchronously (torch's pinned allocator keeps the staging block
-    until the copy has run, so the caller may change `host` at once)."""
-    if device_tensor.is_cuda:
-        return device_tensor.copy_(host.pin_memory(), non_blocking=True)
-    return device_tensor.copy_(host)
+    """`device_tensor.copy_(host)` without waiting for the device: on a GPU from pinned
+    memory, asynchronously (through a kept staging buffer unless `host` is pinned
+    already: then the caller must leave `host` alone until the device has read it)."""
+    if not device_tensor.is_cuda:
+        return device_tensor.copy_(host)
+    if host.is_pinned():
+        return device_tensor.copy_(host, non_blocking=True)
+    staging = _staging.get(device_tensor.device)
+    if staging is None:
+        staging = _staging[device_tensor.device] = _Staging()
+    return staging.send(device_tensor, host)
 
 
 def upload(host: torch.Tensor, backend: Backend | None = None) -> torch.Tensor:

@@ -54,7 +54,7 @@ class Reads:
 
     rows: np.ndarray  # int32 [M], on the host
     positions: np.ndarray  # int64 [M], on the host
-    rows_device: torch.Tensor
+    rows_device: torch.Tensor  # int64: sent in one copy with the positions (the kernels widen rows anyway)
     positions_device: torch.Tensor
 
     @classmethod
@@ -71,7 +71,7 @@ class Reads:
         if M and (positions < 0).any():
             raise ValueError("gather: positions must be >= 0")
         sent = upload(torch.from_numpy(np.concatenate([rows.astype(np.int64), positions])), backend)
-        return cls(rows, positions, sent[:M].to(torch.int32), sent[M:])
+        return cls(rows, positions, sent[:M], sent[M:])
 
 
 class DeviceCache:

@@ -35,8 +35,10 @@ class BlockPool:
 
     def free_queue(self) -> list[int]:
         """The queue, head first (a copy, for reports and comparisons)."""
-        at = (self._head + np.arange(self._size)) % len(self._ring)
-        return self._ring[at].tolist()
+        end = self._head + self._size
+        if end <= len(self._ring):
+            return self._ring[self._head:end].tolist()
+        return self._ring[self._head:].tolist() + self._ring[:end - len(self._ring)].tolist()
 
     def _ids(self, ids: Sequence[int], what: str) -> np.ndarray:
         blocks = np.asarray(ids)

@@ -180,11 +180,11 @@ class Lockstep:
         # live tables alone: checked again whenever any of them changed (a swap, a
         # move or a refused call changes none of them, and neither does a decode
         # step inside a block).
-        tables = tuple(tuple(table) for s in self.ref_seqs for table in s.live_tables())
-        state = (self.ref_pool.ref.tobytes(), tuple(self.ref_pool.free_queue), tables)
-        if state != self._invariants_held:
-            self.ref_pool.check_invariants(tables)
-            self._invariants_held = state
+        state = (self.ref_pool.ref.tobytes(), self.ref_pool.free_queue, [s.blocks for s in self.ref_seqs])
+        if state != self._invariants_held:  # compared in place; copied only when it changed
+            self.ref_pool.check_invariants([table for s in self.ref_seqs for table in s.live_tables()])
+            self._invariants_held = (state[0], list(state[1]),
+                                     [{rid: list(blocks) for rid, blocks in s.blocks.items()} for s in self.ref_seqs])
 
     def _both(self, what: str, ref_call: Callable[[], Any], impl_call: Callable[[], Any]) -> tuple[Any, Any]:
         """Run a call on both sides; they must both succeed or both raise the same type."""

@@ -76,3 +76,20 @@ def test_to_host_brings_mixed_tensors_back_whole(backend):
     table.add_(1)  # on the CPU a tensor and an array can share memory: these must not
     assert got[0][0, 0] == -3
     assert device.to_host([]) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_uploads_in_a_row_each_arrive_whole():
+    """Uploads share one pinned staging buffer: each waits until the device has read
+    the previous one, so none is overwritten in flight, whatever the sizes (the
+    buffer grows) and however long the device's queue is."""
+    busy = torch.randn(4096, 4096, device="cuda")
+    sent = []
+    for n in (3, 5000, 1, 70000, 0, 12):
+        busy = busy @ busy  # keeps the device busy while the host queues the copies
+        host = torch.arange(n, dtype=torch.int64) * 7 - n
+        sent.append((host, device.upload(host)))
+        host.zero_()  # the caller may reuse its tensor at once
+    for n, (_, on_device) in zip((3, 5000, 1, 70000, 0, 12), sent):
+        assert torch.equal(on_device.cpu(), torch.arange(n, dtype=torch.int64) * 7 - n)
