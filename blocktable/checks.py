@@ -12,7 +12,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from blocktable.device import Backend, check_tensor, current
+from blocktable.device import Backend, check_tensor, current, to_host
 
 _data_checks = True
 
@@ -87,8 +87,8 @@ def _check_data(query_start_loc: torch.Tensor, positions: torch.Tensor, N: int, 
     # host. A small batch comes back whole (each device op costs about as much as a
     # short copy); a large one sends back only whether any position is negative.
     if T <= SMALL_BATCH:
-        head = torch.cat([query_start_loc.to(torch.int64), positions]).cpu().numpy()
-        qsl, any_negative = head[:N + 1], bool((head[N + 1:] < 0).any())
+        qsl, positions_host = to_host([query_start_loc, positions])
+        any_negative = bool((positions_host < 0).any())
     else:
         flag = (positions < 0).any().to(torch.int64).view(1)
         head = torch.cat([query_start_loc.to(torch.int64), flag]).cpu().numpy()

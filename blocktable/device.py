@@ -138,13 +138,27 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty(0, dtype=dtype).numpy().dtype
 
 
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """A non-empty tensor's elements as flat bytes (a tensor made from a numpy array
+    may carry stride 0 on a dimension of one element, which a byte view refuses)."""
+    flat = t.reshape(-1)
+    if flat.stride(0) != 1:
+        flat = flat.clone(memory_format=torch.contiguous_format)
+    return flat.view(torch.uint8)
+
+
 def to_host(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:
     """Copies of device tensors (any dtypes, any shapes) on the host, all brought back
     in one transfer: each read-back waits for the device, so a caller gathers what it
     needs into one. Each array is the host's own, never a view of a CPU tensor."""
     if not tensors:
         return []
-    flat = torch.cat([t.reshape(-1).view(torch.uint8) for t in tensors]).cpu().numpy()
+    if len(tensors) == 1:  # nothing to gather into one: no launch
+        (t,) = tensors
+        host = t.cpu().numpy()
+        return [host.copy() if t.device.type == "cpu" else host]  # .cpu() of a CPU tensor is that tensor
+    parts = [_bytes(t) for t in tensors if t.numel()]
+    flat = torch.cat(parts).cpu().numpy() if parts else np.zeros(0, dtype=np.uint8)
     arrays, start = [], 0
     for t in tensors:
         size = t.numel() * t.element_size()

@@ -42,6 +42,7 @@ def _setup(payload: dict[str, Any], send: Send) -> tuple[device.Backend, Any] | 
         return None
     os.environ[profiles.PROFILE_VARIABLE] = payload.get("profile", "ci")
     profiles.register_and_load()
+    profiles.collect_less()
     try:
         kernel = plugin.load(payload["kernel"], harness_kernels())
     except plugin.PluginError as e:

@@ -6,6 +6,7 @@ is the caller's business, so the same draw feeds the reference and any kernel.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,15 +105,53 @@ def slot_cases(draw: st.DrawFn, max_requests: int = 5, max_query: int = 24, max_
 from blocktable.properties.world import GroupConfig, WorldConfig  # noqa: E402
 
 
+# The world's strategies are built once: Hypothesis caches what it learns about a
+# strategy (its label, whether it can be empty) on the object, so a strategy made
+# afresh inside every draw costs more than the draw itself. Each is drawn in the
+# order below, so a seed gives the same worlds as ever.
+_B = st.sampled_from([1, 2, 4, 8, 16])
+_K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
+_LONG_PREFILL = st.integers(0, 4)
+_MAX_MODEL_LEN_LONG = st.sampled_from([1025, 2100, 16384])
+_MAX_MODEL_LEN = st.sampled_from([1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384, 16385])
+_FILL = st.sampled_from(["tight", "quarter", "roomy", "roomy"])
+_TIGHT = st.integers(1, 4)
+_MAX_NUM_REQS = st.integers(1, 6)
+_BATCH_LONG = st.sampled_from([1025, 2048])
+_BATCH = st.sampled_from([1, 7, 16, 64, 256, 1024, 1025, 2048])
+
+
+@functools.lru_cache(maxsize=None)
+def _world_sizes(max_world: int) -> st.SearchStrategy[int]:
+    # Every launch of the kernel under test is per rank and per group: weighted toward
+    # small W so that examples stay cheap under the interpreter.
+    return st.sampled_from([w for w in (1, 1, 1, 2, 2, 4, 8) if w <= max_world])
+
+
+@functools.lru_cache(maxsize=None)
+def _interleaves(K: int) -> st.SearchStrategy[int]:
+    return st.sampled_from(divisors(K))
+
+
+@functools.lru_cache(maxsize=None)
+def _id_offsets(top: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.just(0), st.just(0), st.just(top), st.integers(0, top))
+
+
 @st.composite
 def group_configs(draw: st.DrawFn, cp_world_size: int) -> GroupConfig:
     """One KV-cache group: B a power of two up to 16, K = B * (1..4), sharded or
     replicated, and for sharded groups under DCP an interleave I | K, often > B."""
-    B = draw(st.sampled_from([1, 2, 4, 8, 16]))
-    K = B * draw(st.sampled_from([1, 1, 2, 3, 4]))
+    B = draw(_B)
+    K = B * draw(_K_OVER_B)
     sharded = draw(st.booleans()) if cp_world_size > 1 else True
-    I = draw(st.sampled_from(divisors(K))) if sharded and cp_world_size > 1 else 1
+    I = draw(_interleaves(K)) if sharded and cp_world_size > 1 else 1
     return GroupConfig(K, B, sharded, I)
+
+
+@functools.lru_cache(maxsize=None)
+def _group_lists(cp_world_size: int, max_groups: int) -> st.SearchStrategy[list[GroupConfig]]:
+    return st.lists(group_configs(cp_world_size), min_size=1, max_size=max_groups)
 
 
 @st.composite
@@ -121,33 +160,28 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     max_model_len and Tmax at 1, around 1024 and around 16k, with or without the
     null block, table ids offset to the top of int32 (a large pool id offset), and a
     pool from nearly full (a couple of blocks) to roomy (every row at full length)."""
-    # Every launch of the kernel under test is per rank and per group: weight toward
-    # small W so that examples stay cheap under the interpreter.
-    W = draw(st.sampled_from([w for w in (1, 1, 1, 2, 2, 4, 8) if w <= max_world]))
-    groups = tuple(draw(st.lists(group_configs(W), min_size=1, max_size=max_groups)))
-    max_num_reqs = draw(st.integers(1, 6))
+    W = draw(_world_sizes(max_world))
+    groups = tuple(draw(_group_lists(W, max_groups)))
+    max_num_reqs = draw(_MAX_NUM_REQS)
     # 128 and 1024 tokens are whole rows for power-of-two K: rows can fill to the last entry.
     # One world in five is made for long prefills: rows and a token budget past the
     # interpreter's 1024-token tile and a roomy pool, so that a chunk crosses a tile.
-    long_prefill = draw(st.integers(0, 4)) == 4
-    max_model_len = draw(st.sampled_from([1025, 2100, 16384] if long_prefill else
-                                         [1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384,
-                                          16385]))
+    long_prefill = draw(_LONG_PREFILL) == 4
+    max_model_len = draw(_MAX_MODEL_LEN_LONG if long_prefill else _MAX_MODEL_LEN)
     null_block = draw(st.booleans())
     # Blocks to hold every row at up to 2100 tokens in every group: "roomy".
     reach = min(max_model_len, 2100)
     roomy = sum(-(-reach // (g.kv_block_size * (W if g.sharded else 1))) for g in groups) * max_num_reqs
-    fill = "roomy" if long_prefill else draw(st.sampled_from(["tight", "quarter", "roomy", "roomy"]))
-    usable = {"tight": draw(st.integers(1, 4)), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
+    fill = "roomy" if long_prefill else draw(_FILL)
+    usable = {"tight": draw(_TIGHT), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
     num_blocks = min(usable, 4096) + (1 if null_block else 0)
     largest_P = max(g.kv_block_size // g.kernel_block_size for g in groups)
     top = (INT32_MAX - (largest_P - 1)) // largest_P - (num_blocks - 1)
-    id_offset = draw(st.one_of(st.just(0), st.just(0), st.just(top), st.integers(0, top)))
+    id_offset = draw(_id_offsets(top))
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
         max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-        max_num_batched_tokens=draw(st.sampled_from([1025, 2048] if long_prefill else
-                                                     [1, 7, 16, 64, 256, 1024, 1025, 2048])))
+        max_num_batched_tokens=draw(_BATCH_LONG if long_prefill else _BATCH))
 
 
 def query_lengths() -> st.SearchStrategy[int]:

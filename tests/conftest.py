@@ -31,6 +31,7 @@ _pin_worker_gpu()
 # interpreter (BLOCKTABLE_DEVICE=cpu forces it on a GPU machine).
 BACKEND = device.select(os.environ.get("BLOCKTABLE_DEVICE", "auto"))
 profiles.register_and_load()
+profiles.collect_less()  # the suite is mostly lockstep runs
 
 
 def _import_every_module() -> None:

@@ -155,10 +155,13 @@ def _summary(kernel: str, args: argparse.Namespace, stats: dict[str, Any], elaps
         table.add_row("batches / tokens checked", f"{stats.get('batches', 0)} / {stats.get('tokens', 0):,}")
         table.add_row("tokens/s", f"{stats.get('tokens', 0) / max(elapsed, 1e-9):,.0f}")
     else:
-        table.add_row("programs run (shrinking included) / operations",
-                      f"{stats.get('examples', 0)} / {stats.get('operations', 0)}")
         steps, busy = stats.get("steps", 0), stats.get("steps_with_tokens", 0)
         seconds = max(stats.get("elapsed", elapsed), 1e-9)
+        # A bug falls at a program (Hypothesis's example), whatever its length: programs
+        # per second is what a time to find a bug scales with.
+        programs = stats.get("examples", 0)
+        table.add_row("programs run (shrinking included) / operations",
+                      f"{programs} ({programs / seconds:.1f}/s) / {stats.get('operations', 0)}")
         table.add_row("checked steps", f"{steps} ({steps / seconds:.1f}/s)")
         table.add_row("  of which scheduled tokens", f"{busy} ({busy / seconds:.1f}/s)")
         events = stats.get("events", {})

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,8 +74,17 @@ def test_to_host_brings_mixed_tensors_back_whole(backend):
     for array, tensor in zip(got, (table, reads, empty, raw)):
         assert array.shape == tuple(tensor.shape) and array.dtype == tensor.cpu().numpy().dtype
         assert (array == tensor.cpu().numpy()).all()
+    # Layouts a caller's tensors can have: made from an empty numpy array (stride 0),
+    # one element with stride 0, a transposed view.
+    odd = [torch.from_numpy(np.zeros(0, dtype=np.int32)).to(d),
+           torch.tensor([7], dtype=torch.int64, device=d).as_strided((1,), (0,)),
+           torch.arange(6, dtype=torch.int32, device=d).reshape(2, 3).t()]
+    for array, tensor in zip(device.to_host(odd), odd):
+        assert array.shape == tuple(tensor.shape) and (array == tensor.cpu().numpy()).all()
+    (alone,) = device.to_host([table])  # one tensor comes back without the gathering copy
+    assert alone.shape == (3, 5) and alone.dtype == np.int32 and (alone == got[0]).all()
     table.add_(1)  # on the CPU a tensor and an array can share memory: these must not
-    assert got[0][0, 0] == -3
+    assert got[0][0, 0] == -3 and alone[0, 0] == -3
     assert device.to_host([]) == []
 
 
