@@ -123,22 +123,25 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
     last_sent = [0.0]
 
     def on_run(run: Any) -> None:
+        # The run before this one has ended: count it and let it go. Keeping a chunk's
+        # runs alive (each with its device caches and histories) cost memory and made
+        # every full collection walk them all.
+        _account(runs, stats)
+        runs[:] = [run]
         stats["examples"] += 1
         run._ordinal = stats["examples"]
         journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": backend.describe()})
         run.on_step = journal.write
-        runs.append(run)
         now = time.monotonic()
         if now - last_sent[0] > 0.25:
             last_sent[0] = now
-            _account(runs[:-1], stats)  # the newest run has only just started
             send({"type": "progress", "phase": "lockstep", **_public(stats, start)})
 
     examples = payload.get("examples")
     deadline = start + 60 * payload["minutes"] if payload.get("minutes") else None
     chunk_index = 0
+    runs: list[Any] = []  # the run in progress, not yet counted
     while True:
-        runs: list[Any] = []
         if deadline is None:
             size = min(examples - stats["examples"], profiles.MACHINE_BUDGET[payload["profile"]][0])
         else:

@@ -133,7 +133,7 @@ def _interleaves(K: int) -> st.SearchStrategy[int]:
     return st.sampled_from(divisors(K))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)  # top varies with the pool: keep the cache bounded
 def _id_offsets(top: int) -> st.SearchStrategy[int]:
     return st.one_of(st.just(0), st.just(0), st.just(top), st.integers(0, top))
 
