@@ -90,9 +90,8 @@ def _check_data(query_start_loc: torch.Tensor, positions: torch.Tensor, N: int, 
         qsl, positions_host = to_host([query_start_loc, positions])
         any_negative = bool((positions_host < 0).any())
     else:
-        flag = (positions < 0).any().to(torch.int64).view(1)
-        head = torch.cat([query_start_loc.to(torch.int64), flag]).cpu().numpy()
-        qsl, any_negative = head[:-1], bool(head[-1])
+        qsl, flag = to_host([query_start_loc, (positions < 0).any().view(1)])
+        any_negative = bool(flag[0])
     if qsl[0] != 0:
         raise ValueError(f"query_start_loc[0] must be 0, got {int(qsl[0])}")
     if N:
