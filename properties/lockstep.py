@@ -33,7 +33,7 @@ from blocktable.plugin import SlotMappingFn
 from blocktable.pool import BlockPool
 from blocktable.properties import fault
 from blocktable.properties.compare import (Discrepancy, assert_arrays_equal, assert_pool_equal,
-                                           assert_table_equal, check_slot_mapping)
+                                           assert_table_equal, check_slot_mapping, same_values)
 from blocktable.properties.guard import StagedCall
 from blocktable.properties.world import WorldConfig
 from blocktable.reference import (BlockPool as ReferencePool, History, MultiGroupBlockTable as ReferenceGroups,
@@ -550,7 +550,7 @@ class Lockstep:
                 raise Discrepancy(f"group {g} data read-back", f"position {positions_np[i]} of request "
                                                                f"{self.rows[rows_np[i]]} is held by {ranks[i]} ranks")
             merged = np.where(got != poison, got, 0).sum(axis=0)
-            if not np.array_equal(merged, want):
+            if not same_values(merged, want):
                 i = int(np.argmax(merged != want))
                 raise Discrepancy(f"group {g} data read-back",
                                   f"request {self.rows[rows_np[i]]} position {positions_np[i]}: expected value "

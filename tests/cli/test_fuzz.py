@@ -189,3 +189,42 @@ def test_usage_errors_exit_2(cli, args, message):
 def test_examples_and_minutes_are_exclusive(cli):
     code, out = cli("fuzz", "--examples", "3", "--minutes", "1")
     assert code == 2 and "not allowed with argument" in out
+
+
+FAULTING_TRITON_PLUGIN = '''
+import triton
+import triton.language as tl
+
+from blocktable.slots import slot_mapping_tiled
+
+
+@triton.jit
+def stray_write(ptr):
+    tl.store(ptr + (1 << 44), 7)  # 128 TiB past the output: no memory there
+
+
+def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
+    if query_start_loc.numel() > 4:  # four or more requests in one call
+        stray_write[(1,)](slot_mapping)
+    slot_mapping_tiled(query_start_loc, positions, block_table, slot_mapping, **kw)
+'''
+
+
+@pytest.mark.gpu
+def test_a_real_illegal_memory_access_on_the_gpu_is_a_shrunk_device_fault(cli, tmp_path):
+    """A compiled kernel's stray write: CUDA reports it at the next sync, poisons the
+    process, and the child must end at once for the parent to shrink and replay it
+    in fresh processes (the CPU test above only raises CUDA's message)."""
+    path = tmp_path / "stray_write.py"
+    path.write_text(FAULTING_TRITON_PLUGIN)
+    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "100", "--seed", "4",
+                    "--shrink-seconds", "60", "--out", str(tmp_path / "cases"))
+    said = "hit a device fault (an illegal memory access or the like, which poisons the process)"
+    assert code == 1, out
+    assert said in out, out
+    case = Path(out.split("case file: ")[1].split()[0])
+    data = json.loads(case.read_text())
+    assert data["failure"]["what"] == "crash"
+    assert data["failure"]["found_with_steps"] >= len(data["program"]) >= 5, data["program"]
+    code, replayed = cli("replay", str(case))
+    assert code == 1 and said in replayed, replayed
