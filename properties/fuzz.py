@@ -28,7 +28,7 @@ Send = Callable[[dict[str, Any]], None]
 # Examples per seeded chunk when fuzzing for a time budget. Each chunk is a fresh
 # Hypothesis run (its own seed, its simplest programs first); 400-program chunks
 # ran 7-25% more programs or steps a second on a GPU but found several of the
-# mutation gate's bugs far later (README, "Tried and not kept"), so 40 everywhere.
+# mutation gate's bugs far later (README, Known limitations), so 40 everywhere.
 CHUNK_FOR_TIME = 40
 
 
