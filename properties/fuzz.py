@@ -116,7 +116,7 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
     for example in SPEC_EXAMPLES:
         qsl, positions, table = example.inputs()
         call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
-        journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": backend.describe()})
+        journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": described})
         outcome = run_slot_call(call, kernel, backend)
         if not outcome.passed:
             stats["first_failure"], stats["examples_to_failure"] = time.monotonic(), 0
@@ -132,7 +132,7 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
         # runs alive (each with its device caches and histories) cost memory and made
         # every full collection walk them all.
         _account(runs, stats)
-        runs[:] = [run]
+        runs.append(run)
         stats["examples"] += 1
         run._ordinal = stats["examples"]
         journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": described})
@@ -183,18 +183,17 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
 
 
 def _account(runs: list[Any], stats: dict[str, Any]) -> None:
-    """Fold finished runs into the totals (each run is counted once)."""
+    """Fold finished runs into the totals and let them go: emptying the list is what
+    keeps a run from being counted twice."""
     for run in runs:
         if run.failed_at is not None and stats.get("first_failure") is None:
             stats["first_failure"] = run.failed_at
             stats["examples_to_failure"] = getattr(run, "_ordinal", None)
-        if getattr(run, "_counted", False):
-            continue
-        run._counted = True
         stats["steps"] += run.steps_checked
         stats["steps_with_tokens"] += run.steps_with_tokens
         stats["operations"] += len(run.program)
         stats["events"].update(run.events)
+    runs.clear()
 
 
 def _public(stats: dict[str, Any], start: float) -> dict[str, Any]:
