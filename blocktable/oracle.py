@@ -4,8 +4,9 @@ block by block for copy-on-write, and read back through block-table rows.
 
 The harness writes a distinct value for every (sequence, position); reading every
 live sequence back must give the reference's history, whichever blocks the pool
-chose. Slots are checked before every launch, so a bad slot is a clear error here,
-never a stray write on the GPU.
+chose. A write checks its slots on the host first (a bad slot is a clear error),
+unless its caller compares them with the truth itself; either way the write skips
+any slot outside the cache, so a bad slot is never a stray write on the GPU.
 
 Two engines do the same three things: "triton" (the kernels in
 blocktable.kernels.kv_oracle; the default on a GPU) and "torch" (indexing ops; the
@@ -96,16 +97,18 @@ class DeviceCache:
     def state_snapshot(self) -> dict[str, np.ndarray]:
         return {"data": self.values().copy()}
 
-    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor, host_copy: np.ndarray | None = None) -> None:
+    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor, check: bool = True) -> None:
         """cache[r, slot_mappings[r, t]] = values[t] for every rank r and t < len(values),
         skipping slots < 0. slot_mappings is [ranks, Tmax] (or [Tmax] for one rank).
-        host_copy: the same slot mappings already read back by the caller; the
-        checks then run on it and need no device sync of their own."""
+        Checked (one device sync): a slot outside the cache, or two tokens of one rank
+        in one slot, is a clear error and nothing is written. check=False is for a
+        caller that compares every slot with the truth before it trusts the cache (the
+        lockstep, which reads everything back once per step): no sync; a slot outside
+        the cache is skipped on the device, never written, and repeated slots race."""
         from blocktable.kernels.kv_oracle import write_values
 
         if isinstance(slot_mappings, torch.Tensor) and slot_mappings.dim() == 1:
             slot_mappings = slot_mappings[None, :]
-            host_copy = None if host_copy is None else host_copy[None, :]
         check_tensor("slot_mappings", slot_mappings, torch.int64, 2, self.backend)
         check_tensor("values", values, torch.int64, 1, self.backend)
         if slot_mappings.shape[0] != self.ranks:
@@ -116,32 +119,35 @@ class DeviceCache:
         if slot_mappings.numel() and (slot_mappings.stride(1) != 1 or not values.is_contiguous()):
             raise ValueError("slot_mappings rows and values must be contiguous")
         used = slot_mappings[:, :T]
-        # The checks run on a host copy: one device sync instead of one per check.
-        if host_copy is not None and host_copy.shape != tuple(slot_mappings.shape):
-            raise ValueError(f"host copy of shape {host_copy.shape} for slot mappings {tuple(slot_mappings.shape)}")
-        slots = used.cpu().numpy() if host_copy is None else host_copy[:, :T]
+        if check:
+            self._check_slots(used.cpu().numpy())
+        if T and self.engine == "torch":
+            index = used - self.slot_base
+            keep = (index >= 0) & (index < self.num_slots)
+            rank = torch.arange(self.ranks, device=used.device)[:, None].expand(-1, T)
+            self.data[rank[keep], index[keep]] = values[None, :].expand(self.ranks, T)[keep]
+        elif T:
+            tile = _tile(self.backend)
+            write_values[(-(-T // tile), self.ranks)](slot_mappings, slot_mappings.stride(0), values, self.data,
+                                                      self.num_slots, T, self.slot_base, BLOCK=tile)
+
+    def _check_slots(self, slots: np.ndarray) -> None:
+        """[ranks, T] slots on the host: every slot >= 0 inside the cache, and no rank's
+        slot written twice (two tokens in one slot would race on a GPU; the
+        interpreter and the model write in order: refused, as a correct step never
+        does it)."""
         index = slots[slots >= 0] - self.slot_base
         outside = (index < 0) | (index >= self.num_slots)
         if outside.any():
             bad = int(index[outside][0]) + self.slot_base
             raise ValueError(f"write: slot {bad} lies outside the cache [{self.slot_base}, "
                              f"{self.slot_base + self.num_slots})")
-        # Two tokens of one call in one slot would race on a GPU (the interpreter and
-        # the model write in order, a GPU does not): refuse, as a correct step never does it.
         keyed = np.sort((np.arange(self.ranks)[:, None] * self.num_slots + slots - self.slot_base)[slots >= 0])
         repeated = keyed[1:][keyed[1:] == keyed[:-1]]
         if len(repeated):
             bad = int(repeated[0])
             raise ValueError(f"write: slot {bad % self.num_slots + self.slot_base} of rank {bad // self.num_slots} "
                              f"is written by more than one token in one call")
-        if T and self.engine == "torch":
-            keep = used >= 0
-            rank = torch.arange(self.ranks, device=used.device)[:, None].expand(-1, T)
-            self.data[rank[keep], used[keep] - self.slot_base] = values[None, :].expand(self.ranks, T)[keep]
-        elif T:
-            tile = _tile(self.backend)
-            write_values[(-(-T // tile), self.ranks)](slot_mappings, slot_mappings.stride(0), values, self.data,
-                                                      self.num_slots, T, self.slot_base, BLOCK=tile)
 
     def copy_blocks(self, pairs: Sequence[tuple[int, int]], block_slots: int) -> None:
         """Block src's slots over block dst's for every (src, dst) on every rank, all

@@ -22,13 +22,17 @@ OUT_OF_CACHE = tl.constexpr(OUT_OF_CACHE_VALUE)
 @triton.jit(do_not_specialize=["slot_stride", "num_slots", "num_tokens", "slot_base"])
 def write_values(slot_ptr, slot_stride, value_ptr, cache_ptr, num_slots, num_tokens, slot_base,
                  BLOCK: tl.constexpr):
-    """cache[rank, slot[rank, t] - slot_base] = value[t] wherever slot >= 0."""
+    """cache[rank, slot[rank, t] - slot_base] = value[t] wherever the slot lies in the
+    cache: a slot < 0 (padding, another rank's token) or outside it is skipped, so
+    even unchecked slots never write past this rank's cache."""
     rank = tl.program_id(1).to(tl.int64)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     in_range = offs < num_tokens
     slot = tl.load(slot_ptr + rank * slot_stride + offs, mask=in_range, other=-1)
     value = tl.load(value_ptr + offs, mask=in_range, other=0)
-    tl.store(cache_ptr + rank * num_slots + (slot - slot_base), value, mask=in_range & (slot >= 0))
+    index = slot - slot_base  # slot_base >= 0, so every slot < 0 falls below the cache
+    in_cache = (index >= 0) & (index < num_slots)
+    tl.store(cache_ptr + rank * num_slots + index, value, mask=in_range & in_cache)
 
 
 @triton.jit(do_not_specialize=["num_slots", "block_slots", "slot_base"])

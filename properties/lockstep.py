@@ -393,19 +393,32 @@ class Lockstep:
         if self.world.id_offset:
             self.event("ids offset toward 2**31-1")
 
-        # One upload for every group.
-        values_device = upload(torch.from_numpy(values), self.backend)
+        # Everything is launched first and comes back in one copy (each read-back waits
+        # for the device): every group's kernel calls, copy-on-write copies and cache
+        # writes, then every live sequence's read-back.
+        values_device = upload(torch.from_numpy(values), self.backend)  # one upload for every group
+        calls = self._launch_groups(qsl, positions_np, values_device, N)
+        written = {self.rows[r]: self.requests[self.rows[r]].written + chunk for r, chunk in enumerate(chunks) if chunk}
+        reads = self._launch_reads(written)
+        tables = [self.tables[g].device_tensor for g in range(len(self.layouts))]
+        back = to_host(tables + [call.readback()[0] for call in calls] + [rows for _, _, rows in padded]
+                       + reads.tensors)
+        G, P = len(tables), len(padded)
+        device_rows, handed, padded_back = back[:G], back[G:2 * G], back[2 * G:2 * G + P]
         try:
-            self._check_groups(qsl, positions_np, values_device, N)
+            for g, call in enumerate(calls):
+                self._check_group(g, call, [handed[g], device_rows[g]], qsl, positions_np, N)
         except Discrepancy:
-            self._check_padded(padded)  # a padding that broke the table explains what the kernel did next
+            self._check_padded(padded, padded_back)  # a padding that broke the table explains what the kernel did next
             raise
         for r, chunk in enumerate(chunks):
             if chunk:
                 req = self.requests[self.rows[r]]
                 self.history.write(req.id, req.written, values[int(qsl[r]):int(qsl[r]) + chunk])
                 req.written += chunk
-        self._read_back(padded)
+        self._device_rows = device_rows  # for the comparisons after the step
+        self._check_padded(padded, padded_back)
+        self._compare_reads(reads, back[2 * G + P:])
         self.steps_checked += 1
         self.steps_with_tokens += bool(len(positions_np))
 
@@ -444,10 +457,13 @@ class Lockstep:
                 self.event("row filled to its width")
         return q
 
-    def _check_groups(self, qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor, N: int) -> None:
-        """Every group's kernel calls (all its ranks, on one set of guarded inputs), their
-        guards and outputs back in one copy, then per group: the slot mappings against
-        the reference, the copy-on-write copies and the writes into its paged caches."""
+    def _launch_groups(self, qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor, N: int) -> list[StagedCall]:
+        """Every group's kernel calls (all its ranks, on one set of guarded inputs), then
+        its copy-on-write copies and the writes of the step's values into its paged
+        caches through the slot mappings the kernel returned. The writes are not
+        checked on their own (a device sync each): every slot is compared with the
+        reference's before the data read back is, which is the clearer report, and a
+        wrong slot is skipped or lands in a wrong place, never outside the cache."""
         pairs = []
         for g in range(len(self.layouts)):
             ref_pairs, impl_pairs = self.ref_seqs[g].take_cow_pairs(), self.seqs[g].take_cow_pairs()
@@ -455,20 +471,23 @@ class Lockstep:
                 raise Discrepancy(f"group {g} copy-on-write pairs", f"expected {ref_pairs}, got {impl_pairs}")
             pairs.append(ref_pairs)
         calls = [self._slot_calls(g, qsl, positions, N, range(lay.world)) for g, lay in enumerate(self.layouts)]
-        back = to_host([t for call in calls for t in call.readback()])
         for g, call in enumerate(calls):
-            lay = self.layouts[g]
-            try:
-                actual = call.check(back[2 * g:2 * g + 2])
-            except Discrepancy:
-                for R in range(lay.world if lay.world > 1 else 0):  # whose call did it: each rank alone
-                    self._slot_calls(g, qsl, positions, N, [R]).check()
-                raise
-            self._compare_slots(g, qsl, positions, N, actual)
-            cache = self.caches[g]
-            cache.copy_blocks([(s + self.world.id_offset, d + self.world.id_offset) for s, d in pairs[g]],
-                              lay.kv_block_size)
-            cache.write(call.outputs, values, host_copy=actual)
+            cache, offset = self.caches[g], self.world.id_offset
+            cache.copy_blocks([(s + offset, d + offset) for s, d in pairs[g]], self.layouts[g].kv_block_size)
+            cache.write(call.outputs, values, check=False)
+        return calls
+
+    def _check_group(self, g: int, call: StagedCall, back: list[np.ndarray], qsl: np.ndarray, positions: np.ndarray,
+                     N: int) -> None:
+        """Group g's guards and inputs as they were (else: whose call broke them, each
+        rank alone), and its slot mappings against the reference."""
+        try:
+            actual = call.check(back)
+        except Discrepancy:
+            for R in range(self.layouts[g].world if self.layouts[g].world > 1 else 0):
+                self._slot_calls(g, qsl, positions, N, [R]).check()
+            raise
+        self._compare_slots(g, qsl, positions, N, actual)
 
     def _slot_config(self, g: int) -> dict[str, int]:
         lay = self.layouts[g]
@@ -501,58 +520,69 @@ class Lockstep:
         qsl_view, pos_view, table_view = call.inputs()
         for i, R in enumerate(ranks):
             try:
-                # query_start_loc and positions are the same for every rank of every group:
-                # our wrappers' data checks (each a device sync) see them on the step's
-                # first call; repeating them adds nothing.
-                with data_checks(g == 0 and i == 0):
+                # Our wrappers' data checks read query_start_loc and positions back (a
+                # device sync). The harness's are valid by construction, and the
+                # stateless fuzzer drives the checks on valid and invalid batches alike;
+                # here they run on a program's first call only.
+                with data_checks(self.steps_checked == 0 and g == 0 and i == 0):
                     self.kernel(qsl_view, pos_view, table_view, call.output(i), cp_rank=R, **kw)
             except Exception as e:  # a kernel that refuses valid input is wrong too
                 raise Discrepancy(f"group {g} rank {R} slot mapping",
                                   f"the kernel raised {type(e).__name__}: {e}") from e
         return call
 
-    def _check_padded(self, padded: list[tuple[int, np.ndarray, torch.Tensor]],
-                      back: list[np.ndarray] | None = None) -> None:
-        """The rows each group's pad_for_cuda_graph returned against the reference's;
-        `back`: those rows already on the host (else read here)."""
-        back = to_host([rows for _, _, rows in padded]) if back is None else back
+    def _check_padded(self, padded: list[tuple[int, np.ndarray, torch.Tensor]], back: list[np.ndarray]) -> None:
+        """The rows each group's pad_for_cuda_graph returned (`back`: on the host) against
+        the reference's."""
         for (g, expected, _), rows in zip(padded, back):
             assert_arrays_equal(f"group {g} padded table", expected, rows)
 
-    def _read_back(self, padded: list[tuple[int, np.ndarray, torch.Tensor]]) -> None:
-        """SPEC §7: every live sequence, read through each group's device table on every
-        rank, equals its history; each token is held by exactly one rank. Every
-        group's read is launched first and all come back in one copy, with the device
-        tables for the comparisons after the step and the rows `padded` returned
-        (checked first: they were made first)."""
-        tables = [self.tables[g].device_tensor for g in range(len(self.layouts))]
-        held = [self.requests[rid] for rid in self.live() if self.requests[rid].written]
-        reads = []
-        if held:
-            counts = np.array([req.written for req in held])
-            rows_np = np.repeat(np.array([req.row for req in held], dtype=np.int32), counts)
-            # Each request's positions 0 .. written-1, all requests end to end.
-            starts = np.repeat(np.cumsum(counts) - counts, counts)
-            positions_np = np.arange(len(rows_np), dtype=np.int64) - starts
-            want = np.concatenate([np.array(self.history[req.id][:req.written], dtype=np.int64) for req in held])
-            sent = Reads.send(rows_np, positions_np, self.backend)
-            reads = [self.caches[g].read(tables[g], sent, **self._slot_config(g)) for g in range(len(self.layouts))]
-        back = to_host(tables + [rows for _, _, rows in padded] + reads)
-        self._device_rows = back[:len(tables)]
-        self._check_padded(padded, back[len(tables):len(tables) + len(padded)])
+    def _launch_reads(self, written: dict[int, int]) -> "_Reads":
+        """SPEC §7's read-back, launched: every live sequence's positions 0 .. its length
+        after this step (`written`, for the requests that computed tokens), through
+        each group's device table on every rank."""
+        held = [(rid, written.get(rid, self.requests[rid].written)) for rid in self.live()]
+        held = [(rid, n) for rid, n in held if n]
         if not held:
+            return _Reads(held, np.zeros(0, np.int32), np.zeros(0, np.int64), [])
+        counts = np.array([n for _, n in held])
+        rows = np.repeat(np.array([self.requests[rid].row for rid, _ in held], dtype=np.int32), counts)
+        # Each request's positions 0 .. n-1, all requests end to end.
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        positions = np.arange(len(rows), dtype=np.int64) - starts
+        sent = Reads.send(rows, positions, self.backend)
+        tensors = [self.caches[g].read(self.tables[g].device_tensor, sent, **self._slot_config(g))
+                   for g in range(len(self.layouts))]
+        return _Reads(held, rows, positions, tensors)
+
+    def _compare_reads(self, reads: "_Reads", back: list[np.ndarray]) -> None:
+        """Every live sequence, read through each group's device table on every rank,
+        equals its history; each token is held by exactly one rank."""
+        if not reads.held:
             return
+        want = np.concatenate([np.array(self.history[rid][:n], dtype=np.int64) for rid, n in reads.held])
         poison = poison_value()
-        for g, got in enumerate(back[len(tables) + len(padded):]):
+        for g, got in enumerate(back):
             ranks = (got != poison).sum(axis=0)
             if (ranks != 1).any():
                 i = int(np.argmax(ranks != 1))
-                raise Discrepancy(f"group {g} data read-back", f"position {positions_np[i]} of request "
-                                                               f"{self.rows[rows_np[i]]} is held by {ranks[i]} ranks")
+                raise Discrepancy(f"group {g} data read-back", f"position {reads.positions[i]} of request "
+                                                               f"{self.rows[reads.rows[i]]} is held by {ranks[i]} ranks")
             merged = np.where(got != poison, got, 0).sum(axis=0)
             if not same_values(merged, want):
                 i = int(np.argmax(merged != want))
                 raise Discrepancy(f"group {g} data read-back",
-                                  f"request {self.rows[rows_np[i]]} position {positions_np[i]}: expected value "
+                                  f"request {self.rows[reads.rows[i]]} position {reads.positions[i]}: expected value "
                                   f"{want[i]}, read {merged[i]} ({int((merged != want).sum())} of {len(want)} "
                                   f"values differ)")
+
+
+@dataclass
+class _Reads:
+    """A step's read-back, launched: (request, length) of each sequence read, the
+    row and position of each read, and each group's [ranks, reads] result."""
+
+    held: list[tuple[int, int]]
+    rows: np.ndarray
+    positions: np.ndarray
+    tensors: list[torch.Tensor]

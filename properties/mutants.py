@@ -139,8 +139,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant("S05", "sequence", SEQUENCE, "        self._live(seq, \"preempt\")\n        self._give_back(seq)",
            "        self._live(seq, \"preempt\")\n        self.blocks.pop(seq)", "preempt that drops the blocks without freeing them (a leak)"),
     # -- the data oracle's kernels ---------------------------------------------------------
-    Mutant("O01", "oracle kernels", ORACLE, "mask=in_range & (slot >= 0))", "mask=in_range)",
-           "KV write that does not skip padded slots (writes through slot -1)", env=TRITON_ORACLE),
+    Mutant("O01", "oracle kernels", ORACLE, "in_cache = (index >= 0) & (index < num_slots)",
+           "in_cache = index < num_slots", "KV write that does not skip padded slots (writes through slot -1)",
+           env=TRITON_ORACLE),
     Mutant("O02", "oracle kernels", ORACLE, "        in_block = offs < block_slots\n", "        in_block = offs < block_slots - 1\n",
            "block copy one slot short", env=TRITON_ORACLE),
     Mutant("O03", "oracle kernels", ORACLE, "readable = in_range & (owner == rank) & (column < width)",
