@@ -103,6 +103,7 @@ def slot_cases(draw: st.DrawFn, max_requests: int = 5, max_query: int = 24, max_
 # -- lockstep worlds and steps ----------------------------------------------------------
 
 from blocktable.properties.world import GroupConfig, WorldConfig  # noqa: E402
+from blocktable.reference import GroupLayout  # noqa: E402
 
 
 # The world's strategies are built once: Hypothesis caches what it learns about a
@@ -111,7 +112,7 @@ from blocktable.properties.world import GroupConfig, WorldConfig  # noqa: E402
 # order below, so a seed gives the same worlds as ever.
 _B = st.sampled_from([1, 2, 4, 8, 16])
 _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
-_LONG_PREFILL = st.integers(0, 4)
+_FLAVOR = st.integers(0, 5)  # 4: a world made for long prefills, 5: one made for full rows
 _MAX_MODEL_LEN_LONG = st.sampled_from([1025, 2100, 16384])
 _MAX_MODEL_LEN = st.sampled_from([1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384, 16385])
 _FILL = st.sampled_from(["tight", "quarter", "roomy", "roomy"])
@@ -138,6 +139,15 @@ def _id_offsets(top: int) -> st.SearchStrategy[int]:
     return st.one_of(st.just(0), st.just(0), st.just(top), st.integers(0, top))
 
 
+def row_tokens(group: GroupConfig, cp_world_size: int) -> int:
+    """The tokens a row of `group` covers at its shortest: SPEC §2 rounds a row up to
+    whole 128-token multiples of K (384 tokens for K = 3 * 2**k), times W when the
+    group is sharded. A max_model_len of exactly that lets a request fill its row to
+    the last entry, which no other max_model_len reaches for every K and W."""
+    layout = GroupLayout(group.kv_block_size, group.kernel_block_size, group.sharded, cp_world_size)
+    return layout.row_width(1) // layout.kernel_blocks_per_block * layout.tokens_per_block
+
+
 @st.composite
 def group_configs(draw: st.DrawFn, cp_world_size: int) -> GroupConfig:
     """One KV-cache group: B a power of two up to 16, K = B * (1..4), sharded or
@@ -157,22 +167,30 @@ def _group_lists(cp_world_size: int, max_groups: int) -> st.SearchStrategy[list[
 @st.composite
 def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldConfig:
     """A whole configuration, biased toward edges: 1-3 groups, W in {1, 2, 4, 8},
-    max_model_len and Tmax at 1, around 1024 and around 16k, with or without the
-    null block, table ids offset to the top of int32 (a large pool id offset), and a
-    pool from nearly full (a couple of blocks) to roomy (every row at full length)."""
+    max_model_len and Tmax at 1, around 1024 and around 16k, or max_model_len exactly
+    one row (so that rows fill to their width), with or without the null block, table
+    ids offset to the top of int32 (a large pool id offset), and a pool from nearly
+    full (a couple of blocks) to roomy (every row at full length)."""
     W = draw(_world_sizes(max_world))
     groups = tuple(draw(_group_lists(W, max_groups)))
     max_num_reqs = draw(_MAX_NUM_REQS)
-    # 128 and 1024 tokens are whole rows for power-of-two K: rows can fill to the last entry.
-    # One world in five is made for long prefills: rows and a token budget past the
+    # One world in six is made for long prefills: rows and a token budget past the
     # interpreter's 1024-token tile and a roomy pool, so that a chunk crosses a tile.
-    long_prefill = draw(_LONG_PREFILL) == 4
-    max_model_len = draw(_MAX_MODEL_LEN_LONG if long_prefill else _MAX_MODEL_LEN)
+    # One in six is made for full rows: max_model_len exactly the first group's
+    # shortest row, a roomy pool and a budget for a whole row in one or two steps, so
+    # that a row fills to its last entry (an off-by-one at the width shows only there).
+    flavor = draw(_FLAVOR)
+    long_prefill, full_rows = flavor == 4, flavor == 5
+    if full_rows:
+        max_model_len = row_tokens(groups[0], W)
+    else:
+        max_model_len = draw(_MAX_MODEL_LEN_LONG if long_prefill else _MAX_MODEL_LEN)
     null_block = draw(st.booleans())
-    # Blocks to hold every row at up to 2100 tokens in every group: "roomy".
-    reach = min(max_model_len, 2100)
+    # Blocks to hold every row at up to 2100 tokens (every token of a full-rows world)
+    # in every group: "roomy".
+    reach = max_model_len if full_rows else min(max_model_len, 2100)
     roomy = sum(-(-reach // (g.kv_block_size * (W if g.sharded else 1))) for g in groups) * max_num_reqs
-    fill = "roomy" if long_prefill else draw(_FILL)
+    fill = "roomy" if long_prefill or full_rows else draw(_FILL)
     usable = {"tight": draw(_TIGHT), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
     num_blocks = min(usable, 4096) + (1 if null_block else 0)
     largest_P = max(g.kv_block_size // g.kernel_block_size for g in groups)
@@ -181,7 +199,7 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
         max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-        max_num_batched_tokens=draw(_BATCH_LONG if long_prefill else _BATCH))
+        max_num_batched_tokens=draw(_BATCH_LONG if long_prefill or full_rows else _BATCH))
 
 
 def query_lengths() -> st.SearchStrategy[int]:
