@@ -397,15 +397,18 @@ class Lockstep:
         # for the device): every group's kernel calls, copy-on-write copies and cache
         # writes, then every live sequence's read-back.
         values_device = upload(torch.from_numpy(values), self.backend)  # one upload for every group
-        calls = self._launch_groups(qsl, positions_np, values_device, N)
-        written = {self.rows[r]: self.requests[self.rows[r]].written + chunk for r, chunk in enumerate(chunks) if chunk}
-        reads = self._launch_reads(written)
-        tables = [self.tables[g].device_tensor for g in range(len(self.layouts))]
-        back = to_host(tables + [call.readback()[0] for call in calls] + [rows for _, _, rows in padded]
-                       + reads.tensors)
-        G, P = len(tables), len(padded)
-        device_rows, handed, padded_back = back[:G], back[G:2 * G], back[2 * G:2 * G + P]
+        padded_back = None
         try:
+            calls = self._launch_groups(qsl, positions_np, values_device, N)
+            written = {self.rows[r]: self.requests[self.rows[r]].written + chunk
+                       for r, chunk in enumerate(chunks) if chunk}
+            reads = self._launch_reads(written)
+            tables = [self.tables[g].device_tensor for g in range(len(self.layouts))]
+            # The tables come back once: for the guard checks and the comparisons after the step.
+            back = to_host(tables + [call.readback()[0] for call in calls] + [rows for _, _, rows in padded]
+                           + reads.tensors)
+            G, P = len(tables), len(padded)
+            device_rows, handed, padded_back = back[:G], back[G:2 * G], back[2 * G:2 * G + P]
             for g, call in enumerate(calls):
                 self._check_group(g, call, [handed[g], device_rows[g]], qsl, positions_np, N)
         except Discrepancy:
@@ -521,9 +524,9 @@ class Lockstep:
         for i, R in enumerate(ranks):
             try:
                 # Our wrappers' data checks read query_start_loc and positions back (a
-                # device sync). The harness's are valid by construction, and the
-                # stateless fuzzer drives the checks on valid and invalid batches alike;
-                # here they run on a program's first call only.
+                # device sync). The harness's are valid by construction; the stateless
+                # fuzzer runs the checks on every batch it draws and the unit tests on
+                # invalid ones, so here they run on a program's first call only.
                 with data_checks(self.steps_checked == 0 and g == 0 and i == 0):
                     self.kernel(qsl_view, pos_view, table_view, call.output(i), cp_rank=R, **kw)
             except Exception as e:  # a kernel that refuses valid input is wrong too
@@ -531,20 +534,22 @@ class Lockstep:
                                   f"the kernel raised {type(e).__name__}: {e}") from e
         return call
 
-    def _check_padded(self, padded: list[tuple[int, np.ndarray, torch.Tensor]], back: list[np.ndarray]) -> None:
-        """The rows each group's pad_for_cuda_graph returned (`back`: on the host) against
-        the reference's."""
+    def _check_padded(self, padded: list[tuple[int, np.ndarray, torch.Tensor]],
+                      back: list[np.ndarray] | None = None) -> None:
+        """The rows each group's pad_for_cuda_graph returned against the reference's;
+        `back`: those rows already on the host (else read here)."""
+        back = to_host([rows for _, _, rows in padded]) if back is None else back
         for (g, expected, _), rows in zip(padded, back):
             assert_arrays_equal(f"group {g} padded table", expected, rows)
 
-    def _launch_reads(self, written: dict[int, int]) -> "_Reads":
+    def _launch_reads(self, written: dict[int, int]) -> "_LaunchedReads":
         """SPEC §7's read-back, launched: every live sequence's positions 0 .. its length
         after this step (`written`, for the requests that computed tokens), through
         each group's device table on every rank."""
         held = [(rid, written.get(rid, self.requests[rid].written)) for rid in self.live()]
         held = [(rid, n) for rid, n in held if n]
         if not held:
-            return _Reads(held, np.zeros(0, np.int32), np.zeros(0, np.int64), [])
+            return _LaunchedReads(held, np.zeros(0, np.int32), np.zeros(0, np.int64), [])
         counts = np.array([n for _, n in held])
         rows = np.repeat(np.array([self.requests[rid].row for rid, _ in held], dtype=np.int32), counts)
         # Each request's positions 0 .. n-1, all requests end to end.
@@ -553,9 +558,9 @@ class Lockstep:
         sent = Reads.send(rows, positions, self.backend)
         tensors = [self.caches[g].read(self.tables[g].device_tensor, sent, **self._slot_config(g))
                    for g in range(len(self.layouts))]
-        return _Reads(held, rows, positions, tensors)
+        return _LaunchedReads(held, rows, positions, tensors)
 
-    def _compare_reads(self, reads: "_Reads", back: list[np.ndarray]) -> None:
+    def _compare_reads(self, reads: "_LaunchedReads", back: list[np.ndarray]) -> None:
         """Every live sequence, read through each group's device table on every rank,
         equals its history; each token is held by exactly one rank."""
         if not reads.held:
@@ -578,7 +583,7 @@ class Lockstep:
 
 
 @dataclass
-class _Reads:
+class _LaunchedReads:
     """A step's read-back, launched: (request, length) of each sequence read, the
     row and position of each read, and each group's [ranks, reads] result."""
 

@@ -3,20 +3,22 @@ and paged caches equals its history, each token held by exactly one rank. A valu
 changed in a cache behind the harness's back is named by request and position."""
 
 import pytest
+import torch
 
 from blocktable import plugin
+from blocktable.checks import data_checks_enabled
 from blocktable.oracle import poison_value
-from blocktable.properties.compare import Discrepancy
+from blocktable.properties.compare import Discrepancy, SlotDiscrepancy
 from blocktable.properties.lockstep import Lockstep
 from blocktable.properties.world import GroupConfig, WorldConfig
 from blocktable.table import BlockTable
 
 
-def two_requests(backend, W):
+def two_requests(backend, W, kernel=None):
     """Request 0 computes 3 tokens (values 1-3), request 1 five (values 4-8)."""
     world = WorldConfig(groups=(GroupConfig(4, 4, sharded=True, cp_interleave=2),), cp_world_size=W,
                         num_blocks=16, max_num_reqs=2, max_model_len=64, max_num_batched_tokens=16)
-    run = Lockstep(world, plugin.load("triton"), backend)
+    run = Lockstep(world, kernel or plugin.load("triton"), backend)
     run.apply({"op": "add"})
     run.apply({"op": "add"})
     run.apply({"op": "step", "query": [3, 5]})
@@ -79,3 +81,34 @@ def test_a_padding_bug_is_named_as_one(backend, monkeypatch, first_row, fill):
     monkeypatch.setattr(BlockTable, "pad_for_cuda_graph", padding_from(first_row, fill))
     with pytest.raises(Discrepancy, match="group 0 padded table"):
         run.apply({"op": "step", "query": [1], "pad": 1})
+
+
+def test_slots_outside_the_cache_are_named_as_the_kernels_and_written_nowhere(backend):
+    """A step's cache writes go through the kernel's slots before those are compared
+    (one device sync per step): a slot outside the cache must be skipped there, and
+    the report must name the slot mapping, not the oracle."""
+    run = two_requests(backend, 2)
+    before = run.caches[0].data.clone()
+    ours = plugin.load("triton")
+
+    def far(qsl, positions, table, out, **config):
+        ours(qsl, positions, table, out, **config)
+        out[:positions.numel()] = 2**40
+
+    run.kernel = far
+    with pytest.raises(SlotDiscrepancy, match="group 0 rank 0 slot mapping: 2 of 16 slots differ"):
+        run.apply({"op": "step", "query": [1, 1]})
+    assert torch.equal(run.caches[0].data, before)
+
+
+def test_the_wrappers_data_checks_run_on_a_programs_first_call_only(backend):
+    seen = []
+    ours = plugin.load("triton")
+
+    def recording(*args, **config):
+        seen.append(data_checks_enabled())
+        ours(*args, **config)
+
+    run = two_requests(backend, 2, kernel=recording)
+    run.apply({"op": "step", "query": [1, 1]})
+    assert seen == [True, False, False, False]  # two ranks a step
