@@ -1,5 +1,5 @@
 """blocktable: the device-backed block table, pool and slot mapping under test, and
 the harness (`blocktable.reference`, `blocktable.properties`) that proves them equal
-to SPEC.md."""
+to docs/contract.md."""
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Input checks of the plug-in contract (SPEC §4), shared by every slot-mapping
+"""Input checks of the plug-in contract (docs/contract.md §4), shared by every slot-mapping
 wrapper. Shape, dtype, device and configuration checks are always on; the
 data-dependent ones (they read device memory back) can be switched off for speed;
 the harness runs them on the first call of every step (the other calls of a step get

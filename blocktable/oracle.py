@@ -1,4 +1,4 @@
-"""The data-level oracle on the device (SPEC §7): the paged KV caches of one group's
+"""The data-level oracle on the device (docs/contract.md §7): the paged KV caches of one group's
 DCP ranks, one int64 value per token slot, written through slot mappings, copied
 block by block for copy-on-write, and read back through block-table rows.
 
@@ -9,7 +9,7 @@ unless its caller compares them with the truth itself; either way the write skip
 any slot outside the cache, so a bad slot is never a stray write on the GPU.
 
 Two engines do the same three things: "triton" (the kernels in
-blocktable.kernels.kv_oracle; the default on a GPU) and "torch" (indexing ops; the
+blocktable.kernels.oracle; the default on a GPU) and "torch" (indexing ops; the
 default under the interpreter, where each interpreted launch costs milliseconds and
 the lockstep machines make several per step). BLOCKTABLE_ORACLE=triton|torch
 overrides; both are proven equal to the reference's paged-cache model.
@@ -33,13 +33,13 @@ def _tile(backend: Backend) -> int:
 
 
 def poison_value() -> int:
-    from blocktable.kernels.kv_oracle import POISON_VALUE
+    from blocktable.kernels.oracle import POISON_VALUE
 
     return POISON_VALUE
 
 
 def out_of_cache_value() -> int:
-    from blocktable.kernels.kv_oracle import OUT_OF_CACHE_VALUE
+    from blocktable.kernels.oracle import OUT_OF_CACHE_VALUE
 
     return OUT_OF_CACHE_VALUE
 
@@ -105,7 +105,7 @@ class DeviceCache:
         caller that compares every slot with the truth before it trusts the cache (the
         lockstep, which reads everything back once per step): no sync; a slot outside
         the cache is skipped on the device, never written, and repeated slots race."""
-        from blocktable.kernels.kv_oracle import write_values
+        from blocktable.kernels.oracle import write_values
 
         if isinstance(slot_mappings, torch.Tensor) and slot_mappings.dim() == 1:
             slot_mappings = slot_mappings[None, :]
@@ -152,7 +152,7 @@ class DeviceCache:
     def copy_blocks(self, pairs: Sequence[tuple[int, int]], block_slots: int) -> None:
         """Block src's slots over block dst's for every (src, dst) on every rank, all
         pairs at once, so no destination may also be a source."""
-        from blocktable.kernels.kv_oracle import copy_blocks
+        from blocktable.kernels.oracle import copy_blocks
 
         if not pairs:
             return
@@ -221,7 +221,7 @@ class DeviceCache:
 
     def _gather(self, block_table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, *, kv_block_size: int,
                 kernel_block_size: int, cp_world_size: int, cp_interleave: int) -> torch.Tensor:
-        from blocktable.kernels.kv_oracle import gather
+        from blocktable.kernels.oracle import gather
 
         if self.engine == "torch":
             return self._gather_torch(block_table, rows, positions, kv_block_size, kernel_block_size,

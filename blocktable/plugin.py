@@ -30,17 +30,17 @@ KEYWORDS = ("kv_block_size", "kernel_block_size", "cp_world_size", "cp_rank", "c
 def builtin_kernels() -> dict[str, Callable[[], SlotMappingFn]]:
     """Our own kernels by name, imported lazily (after the backend is chosen)."""
     def per_request() -> SlotMappingFn:
-        from blocktable.slots import slot_mapping_per_request
+        from blocktable.slot import slot_mapping_per_request
 
         return slot_mapping_per_request
 
     def tiled() -> SlotMappingFn:
-        from blocktable.slots import slot_mapping_tiled
+        from blocktable.slot import slot_mapping_tiled
 
         return slot_mapping_tiled
 
     def specialized() -> SlotMappingFn:
-        from blocktable.slots import slot_mapping_tiled_specialized
+        from blocktable.slot import slot_mapping_tiled_specialized
 
         return slot_mapping_tiled_specialized
 

@@ -1,4 +1,4 @@
-"""The ref-counted block pool (SPEC §6), sized for real pools.
+"""The ref-counted block pool (docs/contract.md §6), sized for real pools.
 
 Ref counts sit in one int32 array, and the free queue is a ring buffer over an
 array as long as the usable blocks: `allocate(n)` takes n ids from the head and

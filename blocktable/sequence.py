@@ -1,5 +1,5 @@
 """Per-sequence block lists of one KV-cache group over a pool: beam-search forks,
-copy-on-write, finish and preempt/resume (SPEC §6).
+copy-on-write, finish and preempt/resume (docs/contract.md §6).
 
 A block id covers `tokens_per_block` tokens (K, or K * W for a group sharded over W
 DCP ranks). Appending into a last block that is partly filled and shared copies it

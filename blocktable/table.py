@@ -1,4 +1,4 @@
-"""The device-backed block table of one KV-cache group (SPEC §2, §3, §5).
+"""The device-backed block table of one KV-cache group (docs/contract.md §2, §3, §5).
 
 Host rows live in a CPU tensor (pinned when a GPU is used) seen through a numpy
 view, so row edits are plain numpy; nothing reaches the device until `commit(n)`,

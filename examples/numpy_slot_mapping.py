@@ -1,4 +1,4 @@
-"""An example plug-in: SPEC §4 in numpy on tensors, as a third party might write it.
+"""An example plug-in: docs/contract.md §4 in numpy on tensors, as a third party might write it.
 
     blocktable fuzz --kernel examples/numpy_slot_mapping.py:slot_mapping
 

@@ -1,4 +1,4 @@
-"""SPEC §4 as Triton kernels: the slot of every scheduled token, -1 where the token
+"""docs/contract.md §4 as Triton kernels: the slot of every scheduled token, -1 where the token
 is not this rank's or its table column lies past the row, and -1 over the tail.
 
 `slot_mapping_per_request` is the simple design vLLM ships (one program per request

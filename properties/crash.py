@@ -29,11 +29,11 @@ ANSWER_TIMEOUT_S = 120.0  # one replay; longer counts as "did not crash"
 def _replayer(payload: dict[str, Any], programs: Any, answers: Any) -> None:
     """The child: replay each program it is sent, journaling every step first."""
     from blocktable.properties.case import Case
-    from blocktable.properties.fuzz import _setup
+    from blocktable.properties.engine import prepare
     from blocktable.properties.replay import replay_lockstep
     from blocktable.properties.world import WorldConfig
 
-    ready = _setup(payload, answers.put)
+    ready = prepare(payload, answers.put)
     if ready is None:
         return
     backend, kernel = ready

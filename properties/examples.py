@@ -1,6 +1,6 @@
-"""SPEC §4's worked examples as data, each expected value computed by hand.
+"""docs/contract.md §4's worked examples as data, each expected value computed by hand.
 
-The arithmetic is in the comments: these numbers come from SPEC.md, never from
+The arithmetic is in the comments: these numbers come from docs/contract.md, never from
 running the reference or a kernel. Tests run every example through the reference,
 our Triton kernel and any plugged-in kernel; `blocktable fuzz` runs them first.
 """

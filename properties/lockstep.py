@@ -1,5 +1,5 @@
 """The paired checking object: the reference and the implementation side by side,
-every step applied to both and everything compared after it (SPEC §3-§7).
+every step applied to both and everything compared after it (docs/contract.md §3-§7).
 
 A step is a plain dict ({"op": "step", "query": [...], "pad": 1}), so a run is a
 list of steps: Hypothesis generates them (properties/machine.py), case files store
@@ -8,7 +8,7 @@ before it runs (the crash journal), and after it the whole state is compared:
 
 - every group's table: host rows, counts, committed device rows (whole buffers);
 - the pool: ref counts and the free queue in order; every sequence's block list;
-- SPEC §6's invariants on the reference;
+- docs/contract.md §6's invariants on the reference;
 - on `step`: the kernel under test against the reference slot mapping on every
   group and every DCP rank (whole [Tmax] outputs), copy-on-write pairs, and the
   data-level oracle: every live sequence read back through the device table and
@@ -93,7 +93,7 @@ class Lockstep:
         self.requests: dict[int, Request] = {}
         self.next_request = 0
         self.next_value = 1
-        self._invariants_held: tuple | None = None  # the state SPEC §6's invariants last held in
+        self._invariants_held: tuple | None = None  # the state docs/contract.md §6's invariants last held in
         self._device_rows: list[np.ndarray] | None = None  # the device tables, read back at the end of a step
         self.check()
 
@@ -176,7 +176,7 @@ class Lockstep:
                 raise Discrepancy(f"group {g} sequence blocks", f"expected {ref.blocks}, got {impl.blocks}")
             if ref.num_tokens != impl.num_tokens:
                 raise Discrepancy(f"group {g} sequence lengths", f"expected {ref.num_tokens}, got {impl.num_tokens}")
-        # SPEC §6's invariants are a function of the ref counts, the free queue and the
+        # docs/contract.md §6's invariants are a function of the ref counts, the free queue and the
         # live tables alone: checked again whenever any of them changed (a swap, a
         # move or a refused call changes none of them, and neither does a decode
         # step inside a block).
@@ -543,7 +543,7 @@ class Lockstep:
             assert_arrays_equal(f"group {g} padded table", expected, rows)
 
     def _launch_reads(self, written: dict[int, int]) -> "_LaunchedReads":
-        """SPEC §7's read-back, launched: every live sequence's positions 0 .. its length
+        """docs/contract.md §7's read-back, launched: every live sequence's positions 0 .. its length
         after this step (`written`, for the requests that computed tokens), through
         each group's device table on every rank."""
         held = [(rid, written.get(rid, self.requests[rid].written)) for rid in self.live()]

@@ -29,11 +29,11 @@ class Mutant:
 
 
 SLOTS = "blocktable/kernels/slot_mapping.py"
-WRAPPERS = "blocktable/slots.py"
+WRAPPERS = "blocktable/slot.py"
 TABLE = "blocktable/table.py"
 POOL = "blocktable/pool.py"
 SEQUENCE = "blocktable/sequence.py"
-ORACLE = "blocktable/kernels/kv_oracle.py"
+ORACLE = "blocktable/kernels/oracle.py"
 TRITON_ORACLE = {"BLOCKTABLE_ORACLE": "triton"}
 
 CATALOGUE: tuple[Mutant, ...] = (

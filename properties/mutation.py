@@ -115,7 +115,7 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
     verdict.examples_to_kill = source.get("examples_to_failure")
     if result is None:
         verdict.by = f"the worker died (exit {process.returncode}) {where_it_died}"
-        if verdict.examples_to_kill is None and where_it_died.startswith("during SPEC example"):
+        if verdict.examples_to_kill is None and where_it_died.startswith("during contract example"):
             verdict.examples_to_kill = 0  # the examples come before any generated input
         if verdict.seconds_to_kill is None:
             verdict.seconds_to_kill = verdict.seconds
@@ -126,7 +126,7 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
     config = next((line for line in report.splitlines() if line.startswith("  config:")), "")
     verdict.by = failure.split(": ", 1)[-1][:160] if failure else report[:160]
     if result.get("kind") == "slot-call":
-        verdict.by = f"SPEC example {config.split(':')[1].strip().split()[0] if config else ''}: {verdict.by}"
+        verdict.by = f"contract example {config.split(':')[1].strip().split()[0] if config else ''}: {verdict.by}"
     return verdict
 
 
@@ -139,5 +139,5 @@ def _journal_position(journal: Path) -> str:
     except (OSError, ValueError):
         return "before its first step"
     if header.get("kind") == "slot-call":
-        return f"during SPEC example {header['call'].get('name')}"
+        return f"during contract example {header['call'].get('name')}"
     return f"during step {len(steps)} of a lockstep run" if steps else "while building a lockstep world"

@@ -15,7 +15,7 @@ def main() -> None:
     root = Path(payload["expect_root"]).resolve()
     if root not in Path(blocktable.__file__).resolve().parents:
         raise SystemExit(f"mutation worker imported {blocktable.__file__}, not the mutated tree under {root}")
-    from blocktable.properties.fuzz import fuzz_child
+    from blocktable.properties.engine import fuzz_child
 
     def send(message: dict) -> None:
         print(json.dumps(message, default=str), flush=True)

@@ -14,7 +14,7 @@ from blocktable.properties.child import describe_exit, run_in_child
 def check_case(path: Path, kernel: str | None = None, device: str = "auto") -> None:
     case = load(path)
     with tempfile.TemporaryDirectory() as scratch:
-        outcome = run_in_child("blocktable.properties.fuzz:replay_child",
+        outcome = run_in_child("blocktable.properties.engine:replay_child",
                                {"case": str(path), "kernel": kernel or case.kernel, "device": device,
                                 "profile": "ci", "journal": str(Path(scratch) / "journal.jsonl")})
     result = outcome.result

@@ -1,5 +1,5 @@
 """Re-running a case deterministically, and running one stateless slot-mapping
-call (a SPEC example, a stateless-fuzz case) through a kernel behind guards."""
+call (a contract example, a stateless-fuzz case) through a kernel behind guards."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ def describe_step(step: dict[str, Any]) -> str:
 
 def decode_token(t: int, qsl: np.ndarray, positions: np.ndarray, table: np.ndarray,
                  config: dict[str, int]) -> dict[str, Any]:
-    """Where token t of a slot-mapping call lands, by SPEC §4's arithmetic."""
+    """Where token t of a slot-mapping call lands, by docs/contract.md §4's arithmetic."""
     T = len(positions)
     if t >= T:
         return {"token": t, "tail": True}

@@ -1,5 +1,5 @@
 """`blocktable fuzz --stateless`: the slot-mapping kernel alone, in large random
-batches generated on the device and checked by the vectorized reading of SPEC §4
+batches generated on the device and checked by the vectorized reading of docs/contract.md §4
 (properties/vectorized.py) on the device too.
 
 Each batch is one call with its own K, B, W, R, I: up to thousands of requests
@@ -19,15 +19,14 @@ import numpy as np
 import torch
 
 from blocktable.properties.case import Case, provenance
-from blocktable.properties.fuzz import Send, _setup, send_failure
+from blocktable.properties.engine import Send, prepare, send_failure
 from blocktable.properties import fault
 from blocktable.properties.guard import GuardedCall
 from blocktable.properties.journal import Journal
 from blocktable.properties.replay import run_slot_call, slot_call
 from blocktable.properties.strategies import divisors
 from blocktable.properties.vectorized import slot_mapping_vectorized
-
-INT32_MAX = 2**31 - 1
+from blocktable.reference.layout import INT32_MAX
 
 
 def random_call(rng: np.random.Generator, gen: torch.Generator, device: torch.device,
@@ -115,7 +114,7 @@ def shrink(kernel: Any, backend: Any, config: dict[str, int], qsl: torch.Tensor,
 
 
 def stateless_child(payload: dict[str, Any], send: Send) -> None:
-    ready = _setup(payload, send)
+    ready = prepare(payload, send)
     if ready is None:
         return
     backend, kernel = ready

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-INT32_MAX = 2**31 - 1
+from blocktable.reference.layout import INT32_MAX
 
 
 def divisors(n: int) -> list[int]:
@@ -21,7 +21,7 @@ def divisors(n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class SlotConfig:
-    """K, B, W, R, I of one slot-mapping call (SPEC §1)."""
+    """K, B, W, R, I of one slot-mapping call (docs/contract.md §1)."""
 
     kv_block_size: int
     kernel_block_size: int
@@ -140,7 +140,7 @@ def _id_offsets(top: int) -> st.SearchStrategy[int]:
 
 
 def row_tokens(group: GroupConfig, cp_world_size: int) -> int:
-    """The tokens a row of `group` covers at its shortest: SPEC §2 rounds a row up to
+    """The tokens a row of `group` covers at its shortest: docs/contract.md §2 rounds a row up to
     whole 128-token multiples of K (384 tokens for K = 3 * 2**k), times W when the
     group is sharded. A max_model_len of exactly that lets a request fill its row to
     the last entry, which no other max_model_len reaches for every K and W."""

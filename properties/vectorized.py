@@ -1,4 +1,4 @@
-"""SPEC §4 vectorized, for checks too large for the token-by-token reference: the
+"""docs/contract.md §4 vectorized, for checks too large for the token-by-token reference: the
 stateless fuzz mode checks millions of tokens per second with it. It is written
 once over the operators numpy arrays and torch tensors share, so the same code
 runs in numpy (where tests prove it equal to `blocktable.reference.slot_mapping`)

@@ -7,8 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from blocktable.reference import GroupLayout
-
-INT32_MAX = 2**31 - 1
+from blocktable.reference.layout import INT32_MAX
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""The reference model: SPEC.md written out in plain numpy and Python integers.
+"""The reference model: docs/contract.md written out in plain numpy and Python integers.
 
 Obviously correct, not fast. Every function here is meant to be read beside
-SPEC.md, section by section; the implementation (`blocktable`, `blocktable.kernels`)
+docs/contract.md, section by section; the implementation (`blocktable`, `blocktable.kernels`)
 is proven equal to it, bit for bit. This package imports numpy and nothing else.
 """
 
@@ -13,13 +13,13 @@ from blocktable.reference.layout import (
     map_to_kernel_blocks,
     row_width,
 )
-from blocktable.reference.row import BlockTable
+from blocktable.reference.table import BlockTable
 from blocktable.reference.groups import MultiGroupBlockTable
 from blocktable.reference.slot import owner_rank, slot_mapping, slot_mappings_all_ranks, slot_of_position
 from blocktable.reference.pool import BlockPool, InvariantError
 from blocktable.reference.sequence import SequenceBlocks
 from blocktable.reference.history import History
-from blocktable.reference.kvcache import PagedCache
+from blocktable.reference.oracle import PagedCache
 
 __all__ = [
     "NULL_BLOCK_ID",

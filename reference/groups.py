@@ -1,4 +1,4 @@
-"""SPEC §3, last item: one block table per KV-cache group; row operations broadcast.
+"""docs/contract.md §3, last item: one block table per KV-cache group; row operations broadcast.
 
 `append_row`/`add_row` take one id list per group. Every group's part of a call is
 validated before any group changes, so an overflow in group 2 leaves group 1 as it was.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from blocktable.reference.layout import GroupLayout
-from blocktable.reference.row import BlockTable
+from blocktable.reference.table import BlockTable
 
 
 class MultiGroupBlockTable:

@@ -1,4 +1,4 @@
-"""SPEC §7, the reference's side of the data-level oracle: each sequence's values,
+"""docs/contract.md §7, the reference's side of the data-level oracle: each sequence's values,
 position by position, as a contiguous list. A fork copies the parent's history;
 preemption keeps it (the tokens are recomputed into new blocks on resume)."""
 

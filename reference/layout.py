@@ -1,4 +1,4 @@
-"""SPEC §1-§2: sizes, the DCP configuration of one KV-cache group, and row width."""
+"""docs/contract.md §1-§2: sizes, the DCP configuration of one KV-cache group, and row width."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def cdiv(a: int, b: int) -> int:
 
 @dataclass(frozen=True)
 class GroupLayout:
-    """How one KV-cache group lays tokens into blocks (SPEC §1).
+    """How one KV-cache group lays tokens into blocks (docs/contract.md §1).
 
     kv_block_size (K) is the allocation block, kernel_block_size (B) the block the
     attention kernel indexes. A sharded group splits tokens over the DCP ranks
@@ -70,7 +70,7 @@ class GroupLayout:
 
 
 def row_width(max_model_len: int, kv_block_size: int, kernel_block_size: int, cp_world_size: int = 1) -> int:
-    """SPEC §2: width = cdiv(cdiv(max_model_len, K*W), align) * align * P,
+    """docs/contract.md §2: width = cdiv(cdiv(max_model_len, K*W), align) * align * P,
     align = 128 // gcd(128, K), so a row always covers a multiple of 128 tokens."""
     if type(max_model_len) is not int or max_model_len < 1:
         raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
@@ -83,7 +83,7 @@ def row_width(max_model_len: int, kv_block_size: int, kernel_block_size: int, cp
 
 
 def map_to_kernel_blocks(ids: Sequence[int], kernel_blocks_per_block: int) -> list[int]:
-    """SPEC §3: allocation block b -> kernel blocks b*P, b*P+1, ..., b*P+P-1, in order."""
+    """docs/contract.md §3: allocation block b -> kernel blocks b*P, b*P+1, ..., b*P+P-1, in order."""
     P = kernel_blocks_per_block
     out: list[int] = []
     for b in ids:

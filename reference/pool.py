@@ -1,4 +1,4 @@
-"""SPEC §6: the ref-counted block pool with its FIFO free queue.
+"""docs/contract.md §6: the ref-counted block pool with its FIFO free queue.
 
 Blocks are 0 .. num_blocks-1. With null_block=True block 0 is reserved: never
 allocated, never freed, never queued. The queue is a plain list, scanned and
@@ -13,7 +13,7 @@ import numpy as np
 
 
 class InvariantError(AssertionError):
-    """A SPEC §6 invariant does not hold. `invariant` names which, `block` the block."""
+    """A docs/contract.md §6 invariant does not hold. `invariant` names which, `block` the block."""
 
     def __init__(self, invariant: str, block: int | None, message: str) -> None:
         super().__init__(message)
@@ -97,10 +97,10 @@ class BlockPool:
             self.ref[b] += 1
 
     def check_invariants(self, tables: Iterable[Sequence[int]]) -> None:
-        """Raise InvariantError naming the first broken SPEC §6 invariant and its block.
+        """Raise InvariantError naming the first broken docs/contract.md §6 invariant and its block.
         `tables` are the block lists of every live table.
 
-        SPEC §6's fourth invariant, free count + blocks in use = non-null blocks, is
+        docs/contract.md §6's fourth invariant, free count + blocks in use = non-null blocks, is
         not checked on its own: once no block is queued twice, it says exactly what
         "queued iff ref is 0" says for every block, and that check names the block.
         """

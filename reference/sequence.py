@@ -1,4 +1,4 @@
-"""SPEC §6: one KV-cache group's per-sequence block lists on top of a pool.
+"""docs/contract.md §6: one KV-cache group's per-sequence block lists on top of a pool.
 
 This is where fork (beam search), copy-on-write and preempt/resume live. A block id
 covers `tokens_per_block` tokens: K for a replicated group, K * W for a sharded one

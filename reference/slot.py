@@ -1,4 +1,4 @@
-"""SPEC §4: the slot mapping, one token at a time, in Python integers (which never wrap).
+"""docs/contract.md §4: the slot mapping, one token at a time, in Python integers (which never wrap).
 
 `slot_mapping` has the plug-in contract's inputs but returns its output instead of
 writing one in place: the reference has no device and nothing to write into.
@@ -13,7 +13,7 @@ from blocktable.reference.layout import PAD_SLOT_ID
 
 def check_dcp(kv_block_size: int, kernel_block_size: int, cp_world_size: int, cp_rank: int,
               cp_interleave: int) -> None:
-    """The SPEC §1 conditions on K, B, W, R, I, each failure naming the value."""
+    """The docs/contract.md §1 conditions on K, B, W, R, I, each failure naming the value."""
     K, B, W, R, I = kv_block_size, kernel_block_size, cp_world_size, cp_rank, cp_interleave
     for name, value in (("kv_block_size", K), ("kernel_block_size", B), ("cp_world_size", W),
                         ("cp_rank", R), ("cp_interleave", I)):
@@ -117,7 +117,7 @@ def slot_mappings_all_ranks(query_start_loc: np.ndarray, positions: np.ndarray, 
                             max_num_tokens: int, *, kv_block_size: int, kernel_block_size: int,
                             cp_world_size: int = 1, cp_interleave: int = 1) -> np.ndarray:
     """int64[W, max_num_tokens]: `slot_mapping` for every rank R at once. A token is
-    local on exactly one rank, its owner (SPEC §4's `local` test is owner == R), so
+    local on exactly one rank, its owner (docs/contract.md §4's `local` test is owner == R), so
     one pass fills the owner's slot and leaves -1 on every other rank."""
     W = cp_world_size
     check_dcp(kv_block_size, kernel_block_size, W, 0, cp_interleave)

@@ -71,7 +71,7 @@ def stateless_crash(header: dict[str, Any], exitcode: int | None) -> str:
     """A batch of `--stateless` is too big to journal: say which one, and how to
     run it again."""
     from blocktable.properties.child import describe_exit
-    from blocktable.properties.fuzz import config_text
+    from blocktable.properties.engine import config_text
 
     config = config_text(f"batch {header['batch']}", header["config"], header["requests"], header["tokens"],
                          header["max_num_tokens"])
@@ -96,11 +96,11 @@ def describe_crash(case: Any, exitcode: int | None) -> str:
 
 
 def render_crash(case: Any, message: str, path: Path, device: str, device_choice: str) -> str:
-    from blocktable.properties.fuzz import _call_text, replay_command
+    from blocktable.properties.engine import call_text, replay_command
     from blocktable.properties.report import render
 
     return render(kernel=case.kernel, device=device, error=None,
-                  config_text=case.world.describe() if case.world else _call_text(case.call or {}),
+                  config_text=case.world.describe() if case.world else call_text(case.call or {}),
                   program=case.program if case.kind == "lockstep" else None,
                   failed_step=case.failure.get("step"), replay_command=replay_command(path, case.kernel, device_choice),
                   title=f"blocktable: {message}")

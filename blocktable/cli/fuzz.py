@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     payload = {"kernel": kernel, "device": args.device, "examples": examples, "minutes": args.minutes,
                "seed": args.seed, "profile": args.profile, "out": str(args.out), "journal": str(journal)}
     target = "blocktable.properties.stateless:stateless_child" if args.stateless else \
-        "blocktable.properties.fuzz:fuzz_child"
+        "blocktable.properties.engine:fuzz_child"
 
     latest: dict[str, Any] = {}
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
@@ -186,7 +186,7 @@ def interpreter_verdict(case: str, kernel: str, compiled: dict[str, Any]) -> str
     """Compare the compiled run's failure with an interpreter replay of the same case."""
     from blocktable.properties.child import describe_exit, run_in_child
 
-    outcome = run_in_child("blocktable.properties.fuzz:replay_child",
+    outcome = run_in_child("blocktable.properties.engine:replay_child",
                            {"case": case, "kernel": kernel, "device": "cpu", "profile": "ci"})
     interp = outcome.result
     if interp is None:
@@ -198,7 +198,7 @@ def interpreter_verdict(case: str, kernel: str, compiled: dict[str, Any]) -> str
                 "(a compiler, hardware or race issue, not the kernel's arithmetic)")
     same_step = interp.get("step") == compiled.get("step")
     if same_step and interp.get("first") and interp.get("first") == _first(compiled):
-        return ("interpreter = compiled ≠ reference: the kernel's logic disagrees with the SPEC "
+        return ("interpreter = compiled ≠ reference: the kernel's logic disagrees with the contract "
                 "(the interpreter computes the same wrong slot)")
     return (f"reference, interpreter and compiled kernel all differ: the interpreter fails at step "
             f"{(interp.get('step') or 0) + 1} on {interp.get('what')}")

@@ -47,7 +47,7 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False) -> 
 
     with tempfile.TemporaryDirectory() as scratch:
         journal = Path(scratch) / "journal.jsonl"
-        outcome = run_in_child("blocktable.properties.fuzz:replay_child",
+        outcome = run_in_child("blocktable.properties.engine:replay_child",
                                {"case": str(case_path), "kernel": kernel, "device": device, "profile": "ci",
                                 "verbose": verbose, "journal": str(journal)},
                                lambda m: console.print(m["text"], markup=False) if m.get("type") == "log" else None)

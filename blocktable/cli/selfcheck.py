@@ -1,4 +1,4 @@
-"""`blocktable selfcheck`: the reference model against SPEC.md's worked examples.
+"""`blocktable selfcheck`: the reference model against the contract's worked examples (docs/contract.md).
 
 Quick proof that an installation's reference agrees with the contract before it is
 used as the truth: every §4 example, §6's design-notes picture, and a §7 round trip
@@ -15,11 +15,11 @@ from rich.table import Table
 
 from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.reference import BlockPool, InvariantError, PagedCache, slot_mapping
-from blocktable.reference.kvcache import POISON
+from blocktable.reference.oracle import POISON
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("selfcheck", help="check the reference model against SPEC.md's worked examples")
+    p = sub.add_parser("selfcheck", help="check the reference model against the contract's worked examples (docs/contract.md)")
     p.set_defaults(run=run)
 
 
@@ -73,7 +73,7 @@ def _round_trip() -> tuple[str, bool, str]:
 def run(args: argparse.Namespace) -> int:
     console = Console()
     results = _slot_examples() + [_design_notes(), _round_trip()]
-    table = Table(title="reference self-check against SPEC.md")
+    table = Table(title="reference self-check against docs/contract.md")
     table.add_column("check")
     table.add_column("result")
     table.add_column("detail")

@@ -9,7 +9,7 @@ from blocktable.properties.compare import assert_table_equal
 from blocktable.reference import BlockTable as ReferenceTable, GroupLayout
 from blocktable.table import BlockTable
 
-# Each script is a list of (operation, args). Hand-written to hit the SPEC's traps:
+# Each script is a list of (operation, args). Hand-written to hit the contract's traps:
 # stale tails after add_row, move onto a longer row, self-move, self-swap, commit of
 # fewer rows than are filled, append after clear.
 SCRIPT = [

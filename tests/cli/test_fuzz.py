@@ -195,7 +195,7 @@ FAULTING_TRITON_PLUGIN = '''
 import triton
 import triton.language as tl
 
-from blocktable.slots import slot_mapping_tiled
+from blocktable.slot import slot_mapping_tiled
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Our slot-mapping kernels against the reference (SPEC §4), bit for bit over the
+"""Our slot-mapping kernels against the reference (docs/contract.md §4), bit for bit over the
 whole [Tmax] output. The output is poisoned before every launch, so a slot the
 kernel forgets to write shows as the poison value instead of passing by luck."""
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from blocktable import plugin, slots
+from blocktable import plugin, slot
 from blocktable.properties import strategies
 from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.reference import slot_mapping as reference_slot_mapping
@@ -32,7 +32,7 @@ RANDOM_VARIANTS = [*KERNELS, "tiled-16-per-token", "tiled-16-whole-tiles"]
 def launch(name, qsl, positions, table, tmax, device, **kw):
     kernel, forced = SMALL_TILES.get(name, (name, None))
     out = torch.full((tmax,), POISON, dtype=torch.int64, device=device)
-    with mock.patch.object(slots, "tiled_launch", lambda *a, **k: forced) if forced else contextlib.nullcontext():
+    with mock.patch.object(slot, "tiled_launch", lambda *a, **k: forced) if forced else contextlib.nullcontext():
         plugin.load(kernel)(torch.from_numpy(qsl).to(device), torch.from_numpy(positions).to(device),
                             torch.from_numpy(table).to(device), out, **kw)
     return out.cpu().numpy()
@@ -84,7 +84,7 @@ def test_tile_boundaries(backend, kernel, lengths):
 def test_the_launch_takes_the_whole_tile_search_where_requests_span_tiles(interpreted, tmax, tokens, requests,
                                                                           expected):
     backend = mock.Mock(interpreted=interpreted)
-    assert slots.tiled_launch(backend, tmax, tokens, requests, specialized=True) == expected
+    assert slot.tiled_launch(backend, tmax, tokens, requests, specialized=True) == expected
 
 
 @pytest.mark.parametrize("kernel", list(SMALL_TILES))

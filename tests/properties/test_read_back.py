@@ -1,4 +1,4 @@
-"""SPEC §7 after every step: each live sequence read back through the device tables
+"""docs/contract.md §7 after every step: each live sequence read back through the device tables
 and paged caches equals its history, each token held by exactly one rank. A value
 changed in a cache behind the harness's back is named by request and position."""
 

@@ -7,7 +7,7 @@ from blocktable.properties.world import GroupConfig, WorldConfig
 
 
 @pytest.mark.parametrize("K, B, W, sharded, tokens", [
-    (16, 16, 1, True, 128),  # 8 blocks of 16: SPEC §2's 128-token alignment
+    (16, 16, 1, True, 128),  # 8 blocks of 16: docs/contract.md §2's 128-token alignment
     (16, 4, 2, True, 256),  # sharded: each block id covers K * W tokens
     (16, 16, 8, False, 128),  # replicated: W is 1 in every formula
     (12, 4, 2, True, 768),  # align = 128 / gcd(128, 12) = 32 blocks of 12 tokens, times W

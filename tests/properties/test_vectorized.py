@@ -1,4 +1,4 @@
-"""The vectorized reading of SPEC §4 equals the token-by-token reference, in numpy
+"""The vectorized reading of docs/contract.md §4 equals the token-by-token reference, in numpy
 and in torch, before anything relies on it."""
 
 import numpy as np

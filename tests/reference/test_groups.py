@@ -1,4 +1,4 @@
-"""SPEC §3: multi-group tables broadcast row operations; one group's failure changes no group."""
+"""docs/contract.md §3: multi-group tables broadcast row operations; one group's failure changes no group."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""SPEC §7: the per-sequence history the data-level oracle reads back against."""
+"""docs/contract.md §7: the per-sequence history the data-level oracle reads back against."""
 
 import pytest
 

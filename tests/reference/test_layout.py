@@ -1,4 +1,4 @@
-"""SPEC §1-§2: group configuration, row width, map_to_kernel_blocks."""
+"""docs/contract.md §1-§2: group configuration, row width, map_to_kernel_blocks."""
 
 import pytest
 
@@ -6,14 +6,14 @@ from blocktable.reference import GroupLayout, map_to_kernel_blocks, row_width
 
 
 def test_map_to_kernel_blocks_spec_example():
-    # SPEC §3: [5, 9], P=2 -> [10, 11, 18, 19]
+    # docs/contract.md §3: [5, 9], P=2 -> [10, 11, 18, 19]
     assert map_to_kernel_blocks([5, 9], 2) == [10, 11, 18, 19]
     assert map_to_kernel_blocks([5, 9], 1) == [5, 9]
     assert map_to_kernel_blocks([], 4) == []
 
 
 @pytest.mark.parametrize("max_model_len, K, B, W, expected", [
-    # K=96: align = 128 // gcd(128, 96) = 128 // 32 = 4 blocks (SPEC §2's example).
+    # K=96: align = 128 // gcd(128, 96) = 128 // 32 = 4 blocks (docs/contract.md §2's example).
     # 1000 tokens: cdiv(1000, 96) = 11 blocks -> rounded up to 12 -> 12 * P(=1).
     (1000, 96, 96, 1, 12),
     # K=96, B=32 (P=3): 12 allocation blocks -> 36 kernel blocks.

@@ -1,4 +1,4 @@
-"""SPEC §6: the ref-counted pool and its invariant check."""
+"""docs/contract.md §6: the ref-counted pool and its invariant check."""
 
 import pytest
 
@@ -61,7 +61,7 @@ def test_null_block_is_never_handed_out():
 
 
 def design_notes_pool(ref_of_block_5: int) -> tuple[BlockPool, list[list[int]]]:
-    """SPEC §6's picture, null_block=False: seq 1 -> 0, 1, 5; seq 2 -> 2, 1;
+    """docs/contract.md §6's picture, null_block=False: seq 1 -> 0, 1, 5; seq 2 -> 2, 1;
     seq 3 -> 4, 5, 7. Built directly: this sharing is not a prefix, fork cannot make it."""
     pool = BlockPool(8, null_block=False)
     tables = [[0, 1, 5], [2, 1], [4, 5, 7]]
@@ -120,7 +120,7 @@ def test_conservation_holds_whenever_the_check_passes():
 
 
 def test_holders_count_tables_not_entries():
-    """SPEC §6: a block's ref is the number of live tables holding it; a table that
+    """docs/contract.md §6: a block's ref is the number of live tables holding it; a table that
     lists a block twice holds it once, and each of two tables holds it."""
     pool = BlockPool(5)
     pool.allocate(2)  # 1, 2 at ref 1

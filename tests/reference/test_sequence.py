@@ -1,4 +1,4 @@
-"""SPEC §6: fork, copy-on-write, free and preempt/resume on top of the pool.
+"""docs/contract.md §6: fork, copy-on-write, free and preempt/resume on top of the pool.
 
 tokens_per_block is 4 throughout, so block boundaries fall at positions 4, 8, 12...
 """
@@ -66,7 +66,7 @@ def test_fork_depth_two_raises_refs_to_three_and_parent_writes_copy_too():
 
 
 def test_fork_counts_a_block_listed_twice_once():
-    """SPEC §6: once per block, even if a table lists a block twice (built directly)."""
+    """docs/contract.md §6: once per block, even if a table lists a block twice (built directly)."""
     s = seqs()
     s.add(1, 12)  # [1, 2, 3]
     s.blocks[1] = [1, 2, 1]  # a table that lists block 1 twice; block 3 given back

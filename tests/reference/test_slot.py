@@ -1,4 +1,4 @@
-"""SPEC §4: the reference slot mapping on every worked example, and its input checks."""
+"""docs/contract.md §4: the reference slot mapping on every worked example, and its input checks."""
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ def test_spec_worked_example(example):
 
 
 def test_every_token_has_exactly_one_owner_across_ranks():
-    """SPEC §7: across DCP ranks every token is owned by exactly one rank."""
+    """docs/contract.md §7: across DCP ranks every token is owned by exactly one rank."""
     for K, B, W, I in [(16, 16, 2, 1), (128, 64, 2, 128), (32, 16, 4, 8), (64, 16, 8, 16), (16, 8, 4, 16)]:
         positions = np.arange(4 * K * W, dtype=np.int64)
         qsl = np.array([0, len(positions)], dtype=np.int32)

@@ -1,9 +1,9 @@
-"""SPEC §7: the paged-cache model: write through a slot mapping, copy blocks, gather."""
+"""docs/contract.md §7: the paged-cache model: write through a slot mapping, copy blocks, gather."""
 
 import numpy as np
 
 from blocktable.reference import slot_mapping
-from blocktable.reference.kvcache import POISON, PagedCache
+from blocktable.reference.oracle import POISON, PagedCache
 
 
 def test_write_skips_negative_slots_and_gather_reads_back():
@@ -42,7 +42,7 @@ def test_slot_base_lets_huge_block_ids_index_a_small_cache():
 
 
 def test_dcp_ranks_together_give_back_the_whole_sequence():
-    """SPEC §7: every token on exactly one rank; the ranks' reads together are the sequence."""
+    """docs/contract.md §7: every token on exactly one rank; the ranks' reads together are the sequence."""
     K, B, W, I = 8, 4, 2, 2
     n = 40  # cdiv(40, K*W=16) = 3 blocks
     row = np.array([2, 3, 6, 7, 10, 11, 0, 0], np.int32)  # allocation [1, 3, 5]

@@ -1,6 +1,6 @@
 """`blocktable fuzz` and `blocktable replay`, the work done in the child process.
 
-fuzz: the SPEC's worked examples first (a kernel that gets those wrong needs no
+fuzz: the contract's worked examples first (a kernel that gets those wrong needs no
 fuzzing), then the lockstep machines in seeded chunks until the example count or
 the time is reached. A failure is shrunk by Hypothesis, confirmed by replaying the
 shrunk program from a fresh start, saved as a case file and rendered as a report.
@@ -36,7 +36,7 @@ def replay_command(case_path: Path, kernel: str, device_name: str) -> str:
     return f"blocktable replay {case_path} --kernel {kernel} --device {device_name}"
 
 
-def _setup(payload: dict[str, Any], send: Send) -> tuple[device.Backend, Any] | None:
+def prepare(payload: dict[str, Any], send: Send) -> tuple[device.Backend, Any] | None:
     """The child's device, profile and kernel; None (a config-error result sent) on failure."""
     fault.exit_on_device_faults()
     try:
@@ -61,7 +61,7 @@ def _device_name(backend: device.Backend) -> str:
 
 def report_failure(case: Case, outcome: Outcome, backend: device.Backend, case_path: Path,
                    title: str = "blocktable found a discrepancy") -> str:
-    config_text = case.world.describe() if case.world else _call_text(case.call or {})
+    config_text = case.world.describe() if case.world else call_text(case.call or {})
     return render(kernel=case.kernel, device=backend.describe(), error=outcome.error, config_text=config_text,
                   program=case.program if case.kind == "lockstep" else None, failed_step=outcome.failed_step,
                   replay_command=replay_command(case_path, case.kernel, _device_name(backend)), run=outcome.run,
@@ -76,7 +76,7 @@ def config_text(name: str, config: dict[str, int], requests: int, tokens: int, m
             f"{requests} requests, {tokens} tokens, Tmax {max_num_tokens}")
 
 
-def _call_text(call: dict[str, Any]) -> str:
+def call_text(call: dict[str, Any]) -> str:
     return config_text(call.get("name", "call"), call.get("config", {}), len(call.get("query_start_loc", [0])) - 1,
                        len(call.get("positions", [])), call.get("max_num_tokens"))
 
@@ -99,7 +99,7 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
 
     from blocktable.properties.machine import LAST_RUN, make_machine
 
-    ready = _setup(payload, send)
+    ready = prepare(payload, send)
     if ready is None:
         return
     backend, kernel = ready
@@ -207,7 +207,7 @@ def _public(stats: dict[str, Any], start: float) -> dict[str, Any]:
 
 def replay_child(payload: dict[str, Any], send: Send) -> None:
     """Replay one case file; result status "pass" or "fail" with the report."""
-    ready = _setup(payload, send)
+    ready = prepare(payload, send)
     if ready is None:
         return
     backend, kernel = ready

@@ -1,4 +1,4 @@
-"""The data-level oracle's kernels (SPEC §7): write one value per token into paged
+"""The data-level oracle's kernels (docs/contract.md §7): write one value per token into paged
 KV caches through slot mappings, copy blocks for copy-on-write pairs, and read
 values back through block-table rows.
 

@@ -1,4 +1,4 @@
-"""SPEC §7, the device's side of the data-level oracle, modelled: one rank's paged
+"""docs/contract.md §7, the device's side of the data-level oracle, modelled: one rank's paged
 KV cache as a flat int64 array of slots holding one value per token.
 
 It models the three oracle kernels (write through a slot mapping, copy blocks for

@@ -1,4 +1,4 @@
-"""SPEC §3: one KV-cache group's block table, row by row, host and committed copy.
+"""docs/contract.md §3: one KV-cache group's block table, row by row, host and committed copy.
 
 The host buffer is `(max_num_reqs, width)` int32 plus `count[r]`, the number of
 filled entries of row r. `device` is what the last `commit` left on the device:
@@ -127,7 +127,7 @@ class BlockTable:
         self.count[:] = 0
         self.device[:] = 0
 
-    # -- SPEC §5 --------------------------------------------------------------------
+    # -- docs/contract.md §5 --------------------------------------------------------------------
 
     def pad_for_cuda_graph(self, num_reqs: int, num_reqs_padded: int) -> np.ndarray:
         """Device rows [num_reqs:num_reqs_padded] become NULL_BLOCK_ID, in place (a

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 from blocktable.oracle import DeviceCache, Reads, out_of_cache_value, poison_value
 from blocktable.properties import strategies
 from blocktable.reference import PagedCache, slot_mapping
-from blocktable.reference.kvcache import POISON
+from blocktable.reference.oracle import POISON
 
 
 def test_poison_agrees_with_the_reference():

@@ -1,4 +1,4 @@
-"""SPEC §3 and §5: row operations on one group's table, whole buffers included."""
+"""docs/contract.md §3 and §5: row operations on one group's table, whole buffers included."""
 
 import numpy as np
 import pytest
@@ -131,7 +131,7 @@ def test_clear_zeroes_both_copies():
 
 
 def test_cuda_graph_padding_writes_null_rows_in_place():
-    """SPEC §5: rows [N:N_pad] of the table attention reads are NULL_BLOCK_ID (0)."""
+    """docs/contract.md §5: rows [N:N_pad] of the table attention reads are NULL_BLOCK_ID (0)."""
     t = table()
     for r, b in enumerate([1, 2, 3, 4]):
         t.append_row([b], r)
