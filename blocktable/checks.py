@@ -1,8 +1,9 @@
 """Input checks of the plug-in contract (docs/contract.md §4), shared by every slot-mapping
 wrapper. Shape, dtype, device and configuration checks are always on; the
-data-dependent ones (they read device memory back) can be switched off for speed;
-the harness runs them on the first call of every step (the other calls of a step get
-the same query_start_loc and positions)."""
+data-dependent ones (they read device memory back, a device sync) can be switched
+off for speed: benchmarks switch them off, the stateless fuzzer runs them on every
+batch, and the lockstep on a program's first call only, since its inputs are valid
+by construction."""
 
 from __future__ import annotations
 

@@ -44,7 +44,6 @@ def out_of_cache_value() -> int:
     return OUT_OF_CACHE_VALUE
 
 
-ENGINES = ("triton", "torch")
 
 
 @dataclass(frozen=True)
@@ -83,9 +82,10 @@ class DeviceCache:
                  engine: str | None = None) -> None:
         self.backend = backend or current()
         default = "torch" if self.backend.interpreted else "triton"
-        self.engine = engine or os.environ.get("BLOCKTABLE_ORACLE", default)
-        if self.engine not in ENGINES:
-            raise ValueError(f"oracle engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        name = engine or os.environ.get("BLOCKTABLE_ORACLE", default)
+        if name not in ENGINES:
+            raise ValueError(f"oracle engine must be one of {', '.join(ENGINES)}, got {name!r}")
+        self.engine = ENGINES[name](self)
         self.slot_base = slot_base
         self.num_slots = num_slots
         self.ranks = ranks
@@ -105,8 +105,6 @@ class DeviceCache:
         caller that compares every slot with the truth before it trusts the cache (the
         lockstep, which reads everything back once per step): no sync; a slot outside
         the cache is skipped on the device, never written, and repeated slots race."""
-        from blocktable.kernels.oracle import write_values
-
         if isinstance(slot_mappings, torch.Tensor) and slot_mappings.dim() == 1:
             slot_mappings = slot_mappings[None, :]
         check_tensor("slot_mappings", slot_mappings, torch.int64, 2, self.backend)
@@ -121,15 +119,8 @@ class DeviceCache:
         used = slot_mappings[:, :T]
         if check:
             self._check_slots(used.cpu().numpy())
-        if T and self.engine == "torch":
-            index = used - self.slot_base
-            keep = (index >= 0) & (index < self.num_slots)
-            rank = torch.arange(self.ranks, device=used.device)[:, None].expand(-1, T)
-            self.data[rank[keep], index[keep]] = values[None, :].expand(self.ranks, T)[keep]
-        elif T:
-            tile = _tile(self.backend)
-            write_values[(-(-T // tile), self.ranks)](slot_mappings, slot_mappings.stride(0), values, self.data,
-                                                      self.num_slots, T, self.slot_base, BLOCK=tile)
+        if T:
+            self.engine.write(slot_mappings, values)
 
     def _check_slots(self, slots: np.ndarray) -> None:
         """[ranks, T] slots on the host: every slot >= 0 inside the cache, and no rank's
@@ -152,8 +143,6 @@ class DeviceCache:
     def copy_blocks(self, pairs: Sequence[tuple[int, int]], block_slots: int) -> None:
         """Block src's slots over block dst's for every (src, dst) on every rank, all
         pairs at once, so no destination may also be a source."""
-        from blocktable.kernels.oracle import copy_blocks
-
         if not pairs:
             return
         sources = {s for s, _ in pairs}
@@ -165,16 +154,7 @@ class DeviceCache:
             first = column * block_slots - self.slot_base
             if bool(((first < 0) | (first + block_slots > self.num_slots)).any()):
                 raise ValueError(f"copy_blocks: a {name} block lies outside the cache: {list(pairs)}")
-        ids = upload(ids, self.backend)
-        if self.engine == "torch":
-            span = torch.arange(block_slots, device=ids.device)
-            src = (ids[:, :1] * block_slots - self.slot_base + span).reshape(-1)
-            dst = (ids[:, 1:] * block_slots - self.slot_base + span).reshape(-1)
-            self.data[:, dst] = self.data[:, src]  # reads all sources before any write
-            return
-        tile = min(_tile(self.backend), 1 << max(0, (block_slots - 1).bit_length()))
-        copy_blocks[(len(pairs), self.ranks)](ids[:, 0].contiguous(), ids[:, 1].contiguous(), self.data,
-                                              self.num_slots, block_slots, self.slot_base, BLOCK=tile)
+        self.engine.copy(upload(ids, self.backend), block_slots)
 
     def gather(self, block_table: torch.Tensor, rows: torch.Tensor | np.ndarray, positions: torch.Tensor | np.ndarray,
                *, kv_block_size: int, kernel_block_size: int, cp_world_size: int = 1,
@@ -221,23 +201,72 @@ class DeviceCache:
 
     def _gather(self, block_table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, *, kv_block_size: int,
                 kernel_block_size: int, cp_world_size: int, cp_interleave: int) -> torch.Tensor:
+        return self.engine.gather(block_table, rows, positions, kv_block_size, kernel_block_size, cp_world_size,
+                                  cp_interleave)
+
+
+class TritonEngine:
+    """The cache's three operations as the kernels in blocktable.kernels.oracle (the
+    default on a GPU)."""
+
+    def __init__(self, cache: DeviceCache) -> None:
+        self.cache = cache
+
+    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor) -> None:
+        from blocktable.kernels.oracle import write_values
+
+        c, T = self.cache, values.numel()
+        tile = _tile(c.backend)
+        write_values[(-(-T // tile), c.ranks)](slot_mappings, slot_mappings.stride(0), values, c.data, c.num_slots, T,
+                                               c.slot_base, BLOCK=tile)
+
+    def copy(self, ids: torch.Tensor, block_slots: int) -> None:
+        from blocktable.kernels.oracle import copy_blocks
+
+        c = self.cache
+        tile = min(_tile(c.backend), 1 << max(0, (block_slots - 1).bit_length()))
+        copy_blocks[(len(ids), c.ranks)](ids[:, 0].contiguous(), ids[:, 1].contiguous(), c.data, c.num_slots,
+                                         block_slots, c.slot_base, BLOCK=tile)
+
+    def gather(self, table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, K: int, B: int, W: int,
+               I: int) -> torch.Tensor:
         from blocktable.kernels.oracle import gather
 
-        if self.engine == "torch":
-            return self._gather_torch(block_table, rows, positions, kv_block_size, kernel_block_size,
-                                      cp_world_size, cp_interleave)
-        M = len(positions)
-        out = torch.empty((self.ranks, M), dtype=torch.int64, device=self.backend.device)
+        c, M = self.cache, len(positions)
+        out = torch.empty((c.ranks, M), dtype=torch.int64, device=c.backend.device)
         if M:
-            tile = _tile(self.backend)
-            gather[(-(-M // tile), self.ranks)](
-                block_table, block_table.stride(0), block_table.shape[1], rows.contiguous(),
-                positions.contiguous(), self.data, out, M, self.slot_base, self.num_slots, kv_block_size,
-                kernel_block_size, cp_world_size, cp_interleave, BLOCK=tile)
+            tile = _tile(c.backend)
+            gather[(-(-M // tile), c.ranks)](
+                table, table.stride(0), table.shape[1], rows.contiguous(), positions.contiguous(), c.data, out, M,
+                c.slot_base, c.num_slots, K, B, W, I, BLOCK=tile)
         return out
 
-    def _gather_torch(self, table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, K: int, B: int,
-                      W: int, I: int) -> torch.Tensor:
+
+class TorchEngine:
+    """The cache's three operations as torch indexing ops (the default under the
+    interpreter, where each interpreted launch costs milliseconds and the lockstep
+    machines make several per step)."""
+
+    def __init__(self, cache: DeviceCache) -> None:
+        self.cache = cache
+
+    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor) -> None:
+        c, T = self.cache, values.numel()
+        index = slot_mappings[:, :T] - c.slot_base
+        keep = (index >= 0) & (index < c.num_slots)
+        rank = torch.arange(c.ranks, device=index.device)[:, None].expand(-1, T)
+        c.data[rank[keep], index[keep]] = values[None, :].expand(c.ranks, T)[keep]
+
+    def copy(self, ids: torch.Tensor, block_slots: int) -> None:
+        c = self.cache
+        span = torch.arange(block_slots, device=ids.device)
+        src = (ids[:, :1] * block_slots - c.slot_base + span).reshape(-1)
+        dst = (ids[:, 1:] * block_slots - c.slot_base + span).reshape(-1)
+        c.data[:, dst] = c.data[:, src]  # reads all sources before any write
+
+    def gather(self, table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, K: int, B: int, W: int,
+               I: int) -> torch.Tensor:
+        c = self.cache
         width = table.shape[1]
         per_virtual_block = K * W
         within = positions % per_virtual_block
@@ -249,12 +278,15 @@ class DeviceCache:
         block = torch.zeros_like(positions)
         if width:
             block[in_row] = table[rows.long()[in_row], column[in_row]].long()
-        index = block * B + local % B - self.slot_base
-        inside = (index >= 0) & (index < self.num_slots)
-        out = torch.full((self.ranks, positions.numel()), poison_value(), dtype=torch.int64, device=positions.device)
-        for rank in range(self.ranks):
+        index = block * B + local % B - c.slot_base
+        inside = (index >= 0) & (index < c.num_slots)
+        out = torch.full((c.ranks, positions.numel()), poison_value(), dtype=torch.int64, device=positions.device)
+        for rank in range(c.ranks):
             mine = (owner == rank) & in_row
             value = torch.full_like(positions, out_of_cache_value())
-            value[mine & inside] = self.data[rank, index[mine & inside]]
+            value[mine & inside] = c.data[rank, index[mine & inside]]
             out[rank, mine] = value[mine]
         return out
+
+
+ENGINES = {"triton": TritonEngine, "torch": TorchEngine}

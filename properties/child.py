@@ -1,9 +1,9 @@
 """Running harness work in a child process, so that a kernel that crashes its
 process (segfault, illegal memory access, os._exit) takes only the child down.
 
-The child sends dict messages over a queue ({"type": "progress" | "result", ...});
-the parent hands each to a callback and returns the result, or None if the child
-died without one (then `exitcode` says how: negative is the killing signal).
+The child gets a Job and sends messages (properties/messages.py) over a queue; the
+parent hands each to a callback and returns the Result, or None if the child died
+without one (then `exitcode` says how: negative is the killing signal).
 """
 
 from __future__ import annotations
@@ -14,25 +14,25 @@ import queue
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from blocktable.properties.messages import Job, Message, Result
 
 @dataclass
 class ChildOutcome:
-    result: dict[str, Any] | None
+    result: Result | None
     exitcode: int | None
 
 
-def _entry(target: str, payload: dict[str, Any], messages: Any) -> None:
+def _entry(target: str, job: Job, messages: Any) -> None:
     module, _, name = target.partition(":")
     function = getattr(importlib.import_module(module), name)
-    function(payload, messages.put)
+    function(job, messages.put)
 
 
-def run_in_child(target: str, payload: dict[str, Any],
-                 on_message: Callable[[dict[str, Any]], None] | None = None) -> ChildOutcome:
-    """target: "package.module:function", called as function(payload, send)."""
+def run_in_child(target: str, job: Job, on_message: Callable[[Message], None] | None = None) -> ChildOutcome:
+    """target: "package.module:function", called as function(job, send)."""
     context = multiprocessing.get_context("spawn")  # no forked CUDA state, a fresh TRITON_INTERPRET
     messages = context.Queue()
-    process = context.Process(target=_entry, args=(target, payload, messages), daemon=True)
+    process = context.Process(target=_entry, args=(target, job, messages), daemon=True)
     process.start()
     result = None
     while True:
@@ -42,7 +42,7 @@ def run_in_child(target: str, payload: dict[str, Any],
             if not process.is_alive():
                 break
             continue
-        if message.get("type") == "result":
+        if isinstance(message, Result):
             result = message
         elif on_message is not None:
             on_message(message)

@@ -13,6 +13,7 @@ world (groups, pool, DCP) is not simplified.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import queue
 import time
@@ -21,41 +22,43 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blocktable.properties.journal import Journal
+from blocktable.properties.messages import Answer, Job, Message, Ready
 
 Program = list[dict[str, Any]]
 ANSWER_TIMEOUT_S = 120.0  # one replay; longer counts as "did not crash"
+TIMED_OUT = Answer(passed=True)  # what a replay that outlasts ANSWER_TIMEOUT_S counts as (compared by identity)
 
 
-def _replayer(payload: dict[str, Any], programs: Any, answers: Any) -> None:
+def _replayer(job: Job, programs: Any, answers: Any) -> None:
     """The child: replay each program it is sent, journaling every step first."""
     from blocktable.properties.case import Case
     from blocktable.properties.engine import prepare
     from blocktable.properties.replay import replay_lockstep
     from blocktable.properties.world import WorldConfig
 
-    ready = prepare(payload, answers.put)
+    ready = prepare(job, answers.put)
     if ready is None:
         return
     backend, kernel = ready
-    answers.put({"type": "ready"})
-    world = WorldConfig.from_json(payload["world"])
-    journal = Journal(Path(payload["journal"]))
+    answers.put(Ready())
+    world = WorldConfig.from_json(job.world)
+    journal = Journal(Path(job.journal))
     while True:
         program = programs.get()
         if program is None:
             return
-        journal.start({"kind": "lockstep", "world": payload["world"]})
-        case = Case("lockstep", payload["kernel"], {}, world=world, program=program)
+        journal.start({"kind": "lockstep", "world": job.world})
+        case = Case("lockstep", job.kernel, {}, world=world, program=program)
         outcome = replay_lockstep(case, kernel, backend, on_step=lambda i, step: journal.write(step))
-        answers.put({"type": "answer", "passed": outcome.passed})
+        answers.put(Answer(outcome.passed))
 
 
 class Replayer:
     """A child that replays programs on request and may die doing so."""
 
-    def __init__(self, payload: dict[str, Any]) -> None:
-        self.payload = payload
-        self.journal = Path(payload["journal"])
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.journal = Path(job.journal)
         self.children_started = 0
         self.replays = 0
         self._process: Any = None
@@ -63,15 +66,17 @@ class Replayer:
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         self._programs, self._answers = context.Queue(), context.Queue()
-        self._process = context.Process(target=_replayer, args=(self.payload, self._programs, self._answers),
+        self._process = context.Process(target=_replayer, args=(self.job, self._programs, self._answers),
                                          daemon=True)
         self._process.start()
         self.children_started += 1
         first = self._wait()
-        if first is None or first.get("type") != "ready":
+        if not isinstance(first, Ready):
             raise RuntimeError(f"the replaying child could not start: {first}")
 
-    def _wait(self) -> dict[str, Any] | None:
+    def _wait(self) -> Message | None:
+        """The child's next message; None if it died first, TIMED_OUT (the child
+        killed) if it did not answer in time."""
         deadline = time.monotonic() + ANSWER_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -81,7 +86,7 @@ class Replayer:
                     return None
         self._process.kill()
         self._process.join()
-        return {"type": "timeout"}
+        return TIMED_OUT
 
     def crash(self, program: Program) -> tuple[int | None, Program] | None:
         """(exit code, the steps run up to and including the fatal one) if replaying
@@ -92,7 +97,7 @@ class Replayer:
         self._programs.put(program)
         answer = self._wait()
         if answer is not None:
-            if answer.get("type") == "timeout":
+            if answer is TIMED_OUT:
                 self._process = None
             return None
         self._process.join()
@@ -177,12 +182,12 @@ def simplify_arguments(program: Program, crashes: Callable[[Program], Program | 
     return program
 
 
-def shrink_crash(payload: dict[str, Any], world: dict[str, Any], program: Program, exitcode: int | None,
+def shrink_crash(job: Job, world: dict[str, Any], program: Program, exitcode: int | None,
                  seconds: float, on_progress: Callable[[int, int], None] | None = None) -> Shrunk:
     """The smallest program found within `seconds` that kills a fresh child the
-    way the original did. payload: as for the fuzz child (kernel, device, profile)."""
+    way the original did. job: as for the fuzz child (kernel, device, profile, journal)."""
     start = time.monotonic()
-    replayer = Replayer({**payload, "world": world})
+    replayer = Replayer(dataclasses.replace(job, world=world))
 
     def crashes(candidate: Program) -> Program | None:
         got = replayer.crash(candidate)

@@ -20,15 +20,16 @@ from blocktable.properties import fault, profiles
 from blocktable.properties.case import Case, load, provenance
 from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.properties.journal import Journal
+from blocktable.properties.messages import Failure, Job, Log, Message, Progress, Result, Stats
 from blocktable.properties.reference_kernel import harness_kernels
 from blocktable.properties.replay import Outcome, replay_lockstep, run_slot_call, slot_call
 from blocktable.properties.report import render
 
-Send = Callable[[dict[str, Any]], None]
+Send = Callable[[Message], None]
 # Examples per seeded chunk when fuzzing for a time budget. Each chunk is a fresh
-# Hypothesis run (its own seed, its simplest programs first); 400-program chunks
-# ran 7-25% more programs or steps a second on a GPU but found several of the
-# mutation gate's bugs far later (README, Known limitations), so 40 everywhere.
+# Hypothesis run (its own seed, its simplest programs first): a long run spends more
+# of its time mutating programs it has already run, and reached several of the
+# mutation gate's bugs far later (docs/results.md).
 CHUNK_FOR_TIME = 40
 
 
@@ -36,21 +37,21 @@ def replay_command(case_path: Path, kernel: str, device_name: str) -> str:
     return f"blocktable replay {case_path} --kernel {kernel} --device {device_name}"
 
 
-def prepare(payload: dict[str, Any], send: Send) -> tuple[device.Backend, Any] | None:
+def prepare(job: Job, send: Send) -> tuple[device.Backend, Any] | None:
     """The child's device, profile and kernel; None (a config-error result sent) on failure."""
     fault.exit_on_device_faults()
     try:
-        backend = device.select(payload["device"])
+        backend = device.select(job.device)
     except (RuntimeError, ValueError) as e:
-        send({"type": "result", "status": "config-error", "message": str(e)})
+        send(Result("config-error", message=str(e)))
         return None
-    os.environ[profiles.PROFILE_VARIABLE] = payload.get("profile", "ci")
+    os.environ[profiles.PROFILE_VARIABLE] = job.profile
     profiles.register_and_load()
     profiles.collect_less()
     try:
-        kernel = plugin.load(payload["kernel"], harness_kernels())
+        kernel = plugin.load(job.kernel, harness_kernels())
     except plugin.PluginError as e:
-        send({"type": "result", "status": "config-error", "message": str(e)})
+        send(Result("config-error", message=str(e)))
         return None
     return backend, kernel
 
@@ -59,10 +60,14 @@ def _device_name(backend: device.Backend) -> str:
     return "cpu" if backend.interpreted else "cuda"
 
 
+def case_config(case: Case) -> str:
+    """The case's world or call, one line, as reports show it."""
+    return case.world.describe() if case.world else call_text(case.call or {})
+
+
 def report_failure(case: Case, outcome: Outcome, backend: device.Backend, case_path: Path,
                    title: str = "blocktable found a discrepancy") -> str:
-    config_text = case.world.describe() if case.world else call_text(case.call or {})
-    return render(kernel=case.kernel, device=backend.describe(), error=outcome.error, config_text=config_text,
+    return render(kernel=case.kernel, device=backend.describe(), error=outcome.error, config_text=case_config(case),
                   program=case.program if case.kind == "lockstep" else None, failed_step=outcome.failed_step,
                   replay_command=replay_command(case_path, case.kernel, _device_name(backend)), run=outcome.run,
                   title=title)
@@ -81,37 +86,77 @@ def call_text(call: dict[str, Any]) -> str:
                        len(call.get("positions", [])), call.get("max_num_tokens"))
 
 
-def send_failure(send: Send, case: Case, outcome: Outcome, backend: device.Backend, out: Path,
-                 stats: dict[str, Any], title: str = "blocktable found a discrepancy") -> None:
-    """Save the case file and send the result message with the rendered report."""
+def describe_failure(case: Case, outcome: Outcome, backend: device.Backend, case_path: Path,
+                     title: str = "blocktable found a discrepancy") -> Failure:
+    error = outcome.error
+    return Failure(kind=case.kind, what=getattr(error, "what", type(error).__name__), message=str(error),
+                   config=case_config(case), step=outcome.failed_step, program_steps=len(case.program),
+                   case=str(case_path), report=report_failure(case, outcome, backend, case_path, title),
+                   error=f"{type(error).__name__}: {error}" if error is not None else "",
+                   first=slot_mismatch(error), call=(case.call or {}).get("name") if case.kind == "slot-call" else None)
+
+
+def send_failure(send: Send, case: Case, outcome: Outcome, backend: device.Backend, out: Path, stats: Stats,
+                 title: str = "blocktable found a discrepancy") -> None:
+    """Save the case file and send the result with the failure and its rendered report."""
     case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
                     "message": str(outcome.error), "step": outcome.failed_step}
     path = case.save(out)
-    send({"type": "result", "status": "fail", "case": str(path), "kind": case.kind,
-          "program_steps": len(case.program), "report": report_failure(case, outcome, backend, path, title),
-          "step": outcome.failed_step, "first": slot_mismatch(outcome.error), "device": backend.describe(),
-          **stats})
+    send(Result("fail", device=backend.describe(), stats=stats,
+                failure=describe_failure(case, outcome, backend, path, title)))
 
 
-def fuzz_child(payload: dict[str, Any], send: Send) -> None:
+class _Totals:
+    """The lockstep's running totals. Finished runs are folded in and let go when
+    the next starts: keeping a chunk's runs alive (each with its device caches and
+    histories) cost memory and made every full collection walk them all."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.examples = self.steps = self.steps_with_tokens = self.operations = 0
+        self.events: Counter[str] = Counter()
+        self.first_failure: float | None = None
+        self.examples_to_failure: int | None = None
+        self.pending: list[tuple[int, Any]] = []  # (ordinal, run) not yet folded in
+
+    def failed(self, when: float, ordinal: int | None) -> None:
+        if self.first_failure is None:
+            self.first_failure, self.examples_to_failure = when, ordinal
+
+    def fold(self) -> None:
+        for ordinal, run in self.pending:
+            if run.failed_at is not None:
+                self.failed(run.failed_at, ordinal)
+            self.steps += run.steps_checked
+            self.steps_with_tokens += run.steps_with_tokens
+            self.operations += len(run.program)
+            self.events.update(run.events)
+        self.pending.clear()
+
+    def stats(self) -> Stats:
+        first = self.first_failure
+        return Stats(examples=self.examples, steps=self.steps, steps_with_tokens=self.steps_with_tokens,
+                     operations=self.operations, events=dict(self.events), elapsed=time.monotonic() - self.start,
+                     first_failure_s=None if first is None else first - self.start,
+                     examples_to_failure=self.examples_to_failure)
+
+
+def fuzz_child(job: Job, send: Send) -> None:
     from hypothesis import seed as hypothesis_seed
     from hypothesis.stateful import run_state_machine_as_test
 
-    from blocktable.properties.machine import LAST_RUN, make_machine
+    from blocktable.properties.machine import Recorder, make_machine
 
-    ready = prepare(payload, send)
+    ready = prepare(job, send)
     if ready is None:
         return
     backend, kernel = ready
-    LAST_RUN.clear()
-    out = Path(payload["out"])
-    spec = payload["kernel"]
-    journal = Journal(Path(payload["journal"]))
+    out = Path(job.out or ".")
+    spec = job.kernel
+    journal = Journal(Path(job.journal))
     described = backend.describe()  # once: on a GPU it asks the driver
-    prov = provenance("interpreter" if backend.interpreted else described, seed=payload["seed"],
-                      profile=payload["profile"])
-    start = time.monotonic()
-    stats: dict[str, Any] = {"examples": 0, "steps": 0, "steps_with_tokens": 0, "operations": 0, "events": Counter()}
+    prov = provenance("interpreter" if backend.interpreted else described, seed=job.seed, profile=job.profile)
+    totals = _Totals(time.monotonic())
 
     for example in SPEC_EXAMPLES:
         qsl, positions, table = example.inputs()
@@ -119,54 +164,48 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
         journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": described})
         outcome = run_slot_call(call, kernel, backend)
         if not outcome.passed:
-            stats["first_failure"], stats["examples_to_failure"] = time.monotonic(), 0
+            totals.failed(time.monotonic(), 0)
             send_failure(send, Case("slot-call", spec, {}, call=call, provenance=prov), outcome, backend, out,
-                         _public(stats, start))
+                         totals.stats())
             return
-    send({"type": "progress", "phase": "spec examples passed", **_public(stats, start)})
+    send(Progress("contract examples passed", totals.stats()))
 
     last_sent = [0.0]
 
     def on_run(run: Any) -> None:
-        # The run before this one has ended: count it and let it go. Keeping a chunk's
-        # runs alive (each with its device caches and histories) cost memory and made
-        # every full collection walk them all.
-        _account(runs, stats)
-        runs.append(run)
-        stats["examples"] += 1
-        run._ordinal = stats["examples"]
+        totals.fold()  # the run before this one has ended
+        totals.examples += 1
+        totals.pending.append((totals.examples, run))
         journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": described})
         run.on_step = journal.write
         now = time.monotonic()
         if now - last_sent[0] > 0.25:
             last_sent[0] = now
-            send({"type": "progress", "phase": "lockstep", **_public(stats, start)})
+            send(Progress("lockstep", totals.stats()))
 
-    examples = payload.get("examples")
-    deadline = start + 60 * payload["minutes"] if payload.get("minutes") else None
+    deadline = totals.start + 60 * job.minutes if job.minutes else None
     chunk_index = 0
-    runs: list[Any] = []  # the run in progress, not yet counted
+    recorder = Recorder()
     while True:
         if deadline is None:
-            size = min(examples - stats["examples"], profiles.MACHINE_BUDGET[payload["profile"]][0])
+            size = min(job.examples - totals.examples, profiles.MACHINE_BUDGET[job.profile][0])
         else:
             size = CHUNK_FOR_TIME
         if size <= 0 or (deadline is not None and time.monotonic() >= deadline):
             break
-        machine = make_machine(kernel, backend, on_run=on_run)
-        hypothesis_seed(payload["seed"] * 100003 + chunk_index)(machine)
+        machine = make_machine(kernel, backend, on_run=on_run, recorder=recorder)
+        hypothesis_seed(job.seed * 100003 + chunk_index)(machine)
         chunk_index += 1
         try:
             run_state_machine_as_test(machine, settings=profiles.machine_settings(max_examples=size, database=None))
         except BaseException as failure:  # noqa: BLE001 - whatever failed, it failed
             if isinstance(failure, KeyboardInterrupt):
                 raise
-            _account(runs, stats)
-            if stats.get("first_failure") is None and "build_failed_at" in LAST_RUN:
-                stats["first_failure"] = LAST_RUN["build_failed_at"]
-                stats["examples_to_failure"] = stats["examples"] + 1
-            last = LAST_RUN.get("run")
-            world = last.world if last is not None else LAST_RUN.get("world")
+            totals.fold()
+            if recorder.build_failed_at is not None:
+                totals.failed(recorder.build_failed_at, totals.examples + 1)
+            last = recorder.run
+            world = last.world if last is not None else recorder.world
             program = list(last.program) if last is not None else []
             case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov)
             journal.close()
@@ -175,55 +214,31 @@ def fuzz_child(payload: dict[str, Any], send: Send) -> None:
             if outcome.passed:
                 outcome = Outcome(False, failure, len(program) - 1 if program else None, last)
                 title = "blocktable found a failure that did not repeat on replay (flaky or order-dependent)"
-            send_failure(send, case, outcome, backend, out, _public(stats, start), title)
+            send_failure(send, case, outcome, backend, out, totals.stats(), title)
             return
-        _account(runs, stats)
+        totals.fold()
     journal.close()
-    send({"type": "result", "status": "pass", "device": backend.describe(), **_public(stats, start)})
+    send(Result("pass", device=backend.describe(), stats=totals.stats()))
 
 
-def _account(runs: list[Any], stats: dict[str, Any]) -> None:
-    """Fold finished runs into the totals and let them go: emptying the list is what
-    keeps a run from being counted twice."""
-    for run in runs:
-        if run.failed_at is not None and stats.get("first_failure") is None:
-            stats["first_failure"] = run.failed_at
-            stats["examples_to_failure"] = getattr(run, "_ordinal", None)
-        stats["steps"] += run.steps_checked
-        stats["steps_with_tokens"] += run.steps_with_tokens
-        stats["operations"] += len(run.program)
-        stats["events"].update(run.events)
-    runs.clear()
-
-
-def _public(stats: dict[str, Any], start: float) -> dict[str, Any]:
-    first = stats.get("first_failure")
-    return {"examples": stats["examples"], "steps": stats["steps"], "steps_with_tokens": stats["steps_with_tokens"],
-            "operations": stats["operations"],
-            "events": dict(stats["events"]), "elapsed": time.monotonic() - start,
-            "first_failure_s": None if first is None else first - start,
-            "examples_to_failure": stats.get("examples_to_failure")}
-
-
-def replay_child(payload: dict[str, Any], send: Send) -> None:
-    """Replay one case file; result status "pass" or "fail" with the report."""
-    ready = prepare(payload, send)
+def replay_child(job: Job, send: Send) -> None:
+    """Replay one case file; a "pass" or "fail" result with the failure."""
+    ready = prepare(job, send)
     if ready is None:
         return
     backend, kernel = ready
-    case_path = Path(payload["case"])
+    case_path = Path(job.case)
     case = load(case_path)
-    case.kernel = payload["kernel"]
-    verbose = payload.get("verbose", False)
+    case.kernel = job.kernel
 
     def show(i: int, step: dict[str, Any]) -> None:
-        if verbose:
+        if job.verbose:
             from blocktable.properties.report import describe_step
 
-            send({"type": "log", "text": f"step {i + 1}: {describe_step(step)}"})
+            send(Log(f"step {i + 1}: {describe_step(step)}"))
 
-    if payload.get("journal"):
-        journal = Journal(Path(payload["journal"]))
+    if job.journal:
+        journal = Journal(Path(job.journal))
         journal.start({"kind": case.kind, "kernel": case.kernel, "device": backend.describe(),
                        "world": case.world.to_json() if case.world else None, "call": case.call})
     else:
@@ -239,12 +254,9 @@ def replay_child(payload: dict[str, Any], send: Send) -> None:
     if journal is not None:
         journal.close()
     if outcome.passed:
-        send({"type": "result", "status": "pass", "device": backend.describe()})
+        send(Result("pass", device=backend.describe()))
         return
-    first = slot_mismatch(outcome.error)
-    send({"type": "result", "status": "fail", "report": report_failure(case, outcome, backend, case_path),
-          "device": backend.describe(), "what": getattr(outcome.error, "what", type(outcome.error).__name__),
-          "step": outcome.failed_step, "first": first})
+    send(Result("fail", device=backend.describe(), failure=describe_failure(case, outcome, backend, case_path)))
 
 
 def slot_mismatch(error: BaseException | None) -> list[int] | None:

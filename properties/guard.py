@@ -104,11 +104,39 @@ def call_parts(rows: int, width: int, num_reqs: int, num_tokens: int, calls: int
             ((calls, max_tokens), (0, GUARD_TOKENS), np.int64, GUARD_SLOT, True)]
 
 
-class GuardedCall:
+class _CallBuffers:
+    """What both ways of holding a call's buffers share: the four guarded parts (table,
+    query_start_loc, positions, outputs), the names reports give them, and the
+    report of the first part a kernel changed."""
+
+    table: Guarded
+    qsl: Guarded
+    positions: Guarded
+    out: Guarded
+    names: tuple[str, ...]
+    label: str
+
+    def parts(self) -> list[tuple[Guarded, str | None]]:
+        return [(self.table, "block_table"), (self.qsl, "query_start_loc"), (self.positions, "positions"),
+                (self.out, None)]
+
+    def _report(self, changes: list[np.ndarray]) -> None:
+        """Raise for the first part with a change in it."""
+        for (guarded, what), changed in zip(self.parts(), changes):
+            if changed.any():
+                where = [int(i) for i in np.argwhere(changed)[0]]
+                name = f"{self.label} {what or self.names[where[0]]}".strip()
+                place = "outside" if what is None else "into"
+                raise Discrepancy(f"{name} guard", f"the kernel wrote {place} {name} (buffer index {where}, "
+                                                   f"{int(changed.sum())} elements changed)")
+
+
+class GuardedCall(_CallBuffers):
     """The contract tensors of one or more slot-mapping calls on the same inputs (one
-    per DCP rank, say): the three inputs, each behind guards, and one output row per
-    call in a single guarded buffer, every row between guard cells. `outputs` names
-    each call's output in reports, `label` the calls themselves."""
+    per DCP rank, say), made and checked on the device: the three inputs, each
+    behind guards, and one output row per call in a single guarded buffer, every
+    row between guard cells. `outputs` names each call's output in reports, `label`
+    the calls themselves."""
 
     def __init__(self, rows: int, width: int, num_reqs: int, num_tokens: int, max_tokens: int,
                  device: torch.device, outputs: tuple[str, ...] = ("slot_mapping",), label: str = "") -> None:
@@ -120,10 +148,6 @@ class GuardedCall:
         self.names = outputs
         self.label = label
 
-    def parts(self) -> list[tuple[Guarded, str | None]]:
-        return [(self.table, "block_table"), (self.qsl, "query_start_loc"), (self.positions, "positions"),
-                (self.out, None)]
-
     def output(self, i: int = 0) -> torch.Tensor:
         """Call i's output."""
         return handed(self.outputs[i])
@@ -134,16 +158,6 @@ class GuardedCall:
         changes = [guarded.changed() for guarded, _ in self.parts()]
         if bool(torch.stack([c.any() for c in changes]).any()):
             self._report([c.cpu().numpy() for c in changes])
-
-    def _report(self, changes: list[np.ndarray]) -> None:
-        """Raise for the first part with a change in it."""
-        for (guarded, what), changed in zip(self.parts(), changes):
-            if changed.any():
-                where = [int(i) for i in np.argwhere(changed)[0]]
-                name = f"{self.label} {what or self.names[where[0]]}".strip()
-                place = "outside" if what is None else "into"
-                raise Discrepancy(f"{name} guard", f"the kernel wrote {place} {name} (buffer index {where}, "
-                                                   f"{int(changed.sum())} elements changed)")
 
 
 ALIGN = 64  # bytes: each buffer starts where a fresh allocation would be aligned
@@ -215,10 +229,10 @@ def staged_buffers(geometry: tuple[int, ...], device: torch.device, slot: int = 
     return StagedBuffers(staged_layout(*geometry), call_parts(*geometry), device)
 
 
-class StagedCall(GuardedCall):
-    """A GuardedCall on host inputs (the table excepted, which is the implementation's
-    own device tensor): every buffer is laid out on the host in one byte array and
-    sent in one copy; `check` brings all of them back, with the table they were
+class StagedCall(_CallBuffers):
+    """The same guarded buffers as a GuardedCall, for host inputs (the table excepted,
+    which is the implementation's own device tensor): every buffer is laid out on
+    the host in one byte array and sent in one copy; `check` brings all of them back, with the table they were
     copied from, in one read-back and compares on the host.
 
     The device buffers of a geometry are made once and reused (staged_buffers): a

@@ -12,7 +12,12 @@ before it runs (the crash journal), and after it the whole state is compared:
 - on `step`: the kernel under test against the reference slot mapping on every
   group and every DCP rank (whole [Tmax] outputs), copy-on-write pairs, and the
   data-level oracle: every live sequence read back through the device table and
-  the paged caches equals its history, each token held by exactly one rank.
+  the paged caches equals its history, each token held by exactly one rank
+  (properties/device_step.py, the step's device side).
+
+This module holds the operations and the harness's bookkeeping; the refused calls
+are catalogued in properties/rejections.py and the coverage labels in
+properties/events.py.
 """
 
 from __future__ import annotations
@@ -20,25 +25,22 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from blocktable.checks import data_checks
 from blocktable.device import Backend, to_host, upload
 from blocktable.groups import MultiGroupBlockTable
-from blocktable.oracle import DeviceCache, Reads, poison_value
+from blocktable.oracle import DeviceCache
 from blocktable.plugin import SlotMappingFn
 from blocktable.pool import BlockPool
-from blocktable.properties import fault
-from blocktable.properties.compare import (Discrepancy, assert_arrays_equal, assert_pool_equal,
-                                           assert_table_equal, check_slot_mapping, same_values)
-from blocktable.properties.guard import StagedCall
+from blocktable.properties import device_step, events, fault
+from blocktable.properties.compare import Discrepancy, assert_pool_equal, assert_table_equal
+from blocktable.properties.rejections import REJECTIONS
 from blocktable.properties.world import WorldConfig
 from blocktable.reference import (BlockPool as ReferencePool, History, MultiGroupBlockTable as ReferenceGroups,
-                                  SequenceBlocks as ReferenceSequences,
-                                  slot_mappings_all_ranks as reference_slot_mappings)
+                                  SequenceBlocks as ReferenceSequences)
 from blocktable.sequence import SequenceBlocks
 from blocktable.table import BlockTable
 
@@ -157,7 +159,7 @@ class Lockstep:
         self.ref_tables.add_row(ids, row)
         self.tables.add_row(ids, row)
         if any(int(t.count[row]) < b for t, b in zip(self.ref_tables.tables, before)):
-            self.event("row reused shorter")
+            self.event(events.ROW_REUSED_SHORTER)
         self.rows[row] = rid
         self.requests[rid].row = row
 
@@ -234,9 +236,9 @@ class Lockstep:
         self.history.fork(parent, child)
         self._place(child, row, blocks)
         if req.depth + 1 >= 2:
-            self.event("fork depth >= 2")
+            self.event(events.FORK_DEPTH_2)
         if self.ref_pool.ref.max() >= 3:  # only a fork raises a ref
-            self.event("ref >= 3")
+            self.event(events.REF_3)
         return child
 
     def _finish(self, request: int, clear: bool = False) -> None:
@@ -249,7 +251,7 @@ class Lockstep:
                 self.ref_tables.clear_row(req.row)
                 self.tables.clear_row(req.row)
             else:
-                self.event("finished row left stale")
+                self.event(events.STALE_ROW)
             self.rows[req.row] = None
 
     def _preempt(self, request: int) -> None:
@@ -270,7 +272,7 @@ class Lockstep:
         # as a scheduler would (the request stays waiting otherwise).
         need = sum(-(-self.slots(request) // lay.tokens_per_block) for lay in self.layouts)
         if need > self.ref_pool.num_free:
-            self.event("pool exhausted")
+            self.event(events.POOL_EXHAUSTED)
             return
         blocks = []
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
@@ -280,7 +282,7 @@ class Lockstep:
             blocks.append(r)
         req.preempted = False
         self._place(request, row, blocks)  # replaced with add_row, never appended to
-        self.event("resumed (recompute)")
+        self.event(events.RESUMED)
 
     def _move(self, src: int, dst: int) -> None:
         if dst != src and self.rows[dst] is not None:
@@ -288,7 +290,7 @@ class Lockstep:
         self.ref_tables.move_row(src, dst)
         self.tables.move_row(src, dst)
         if src == dst:
-            self.event("self-move")
+            self.event(events.SELF_MOVE)
             return
         self.rows[dst], self.rows[src] = self.rows[src], None
         if self.rows[dst] is not None:
@@ -298,7 +300,7 @@ class Lockstep:
         self.ref_tables.swap_row(a, b)
         self.tables.swap_row(a, b)
         if a == b:
-            self.event("self-swap")
+            self.event(events.SELF_SWAP)
         self.rows[a], self.rows[b] = self.rows[b], self.rows[a]
         for r in (a, b):
             if self.rows[r] is not None:
@@ -314,40 +316,18 @@ class Lockstep:
             self._move(occupied[-1], holes[0])
 
     def _reject(self, kind: str, which: int = 0) -> None:
-        """A bad call on both sides: both must refuse it with the same error type and
-        change nothing (the comparisons after the step see any change)."""
-        g = which % len(self.layouts)
-        if kind == "row-overflow":
-            row = which % self.world.max_num_reqs
-            ref, impl = self.ref_tables[g], self.tables[g]
-            P = self.layouts[g].kernel_blocks_per_block
-            n = -(-(ref.width - int(ref.count[row]) + 1) // P)
-            ids = self.ids([1 if self.world.null_block else 0] * n)
-            calls = (lambda: ref.append_row(ids, row), lambda: impl.append_row(ids, row))
-        elif kind == "double-free":
-            queue = self.ref_pool.free_queue
-            if not queue:
-                return
-            b = queue[which % len(queue)]
-            calls = (lambda: self.ref_pool.free([b]), lambda: self.pool.free([b]))
-        elif kind == "free-duplicate":
-            held = [b for s in self.ref_seqs for t in s.live_tables() for b in t]
-            if not held:
-                return
-            b = held[which % len(held)]
-            calls = (lambda: self.ref_pool.free([b, b]), lambda: self.pool.free([b, b]))
-        elif kind == "over-allocate":
-            n = self.ref_pool.num_free + 1
-            calls = (lambda: self.ref_pool.allocate(n), lambda: self.pool.allocate(n))
-        elif kind == "fork-unknown":
-            ghost = self.next_request + 1000
-            calls = (lambda: self.ref_seqs[g].fork(ghost, ghost + 1), lambda: self.seqs[g].fork(ghost, ghost + 1))
-        else:
+        """A bad call on both sides (properties/rejections.py): both must refuse it with
+        the same error type and change nothing (the comparisons after the step see
+        any change)."""
+        if kind not in REJECTIONS:
             raise ValueError(f"unknown rejection {kind!r}")
+        calls = REJECTIONS[kind].calls(self, which % len(self.layouts), which)
+        if calls is None:
+            return
         try:
             self._both(f"rejection {kind}", *calls)
         except ValueError:
-            self.event(f"rejected {kind}")
+            self.event(events.rejected(kind))
             return
         raise Discrepancy(f"rejection {kind}", "both sides accepted a call that must be refused")
 
@@ -369,7 +349,7 @@ class Lockstep:
         N_pad = min(N + pad, self.world.max_num_reqs)
         padded = []  # (group, expected, the returned device rows): read back with the step's data
         if N_pad > N:
-            self.event("cuda-graph padding")
+            self.event(events.CUDA_GRAPH_PADDING)
             padded = [(g, self.ref_tables[g].pad_for_cuda_graph(N, N_pad),
                        self.tables[g].pad_for_cuda_graph(N, N_pad)) for g in range(len(self.layouts))]
 
@@ -389,39 +369,22 @@ class Lockstep:
             self.next_value += fresh
         positions_np, values = np.concatenate(positions_parts), np.concatenate(value_parts)
         if any(c > TILE or (s // TILE != (s + c - 1) // TILE) for s, c in zip(qsl[:-1], chunks) if c):
-            self.event("tile crossing")
+            self.event(events.TILE_CROSSING)
         if self.world.id_offset:
-            self.event("ids offset toward 2**31-1")
+            self.event(events.IDS_NEAR_INT32_MAX)
 
-        # Everything is launched first and comes back in one copy (each read-back waits
-        # for the device): every group's kernel calls, copy-on-write copies and cache
-        # writes, then every live sequence's read-back.
+        # Everything is launched first and comes back in one copy (properties/device_step.py).
         values_device = upload(torch.from_numpy(values), self.backend)  # one upload for every group
-        padded_back = None
-        try:
-            calls = self._launch_groups(qsl, positions_np, values_device, N)
-            written = {self.rows[r]: self.requests[self.rows[r]].written + chunk
-                       for r, chunk in enumerate(chunks) if chunk}
-            reads = self._launch_reads(written)
-            tables = [self.tables[g].device_tensor for g in range(len(self.layouts))]
-            # The tables come back once: for the guard checks and the comparisons after the step.
-            back = to_host(tables + [call.readback()[0] for call in calls] + [rows for _, _, rows in padded]
-                           + reads.tensors)
-            G, P = len(tables), len(padded)
-            device_rows, handed, padded_back = back[:G], back[G:2 * G], back[2 * G:2 * G + P]
-            for g, call in enumerate(calls):
-                self._check_group(g, call, [handed[g], device_rows[g]], qsl, positions_np, N)
-        except Discrepancy:
-            self._check_padded(padded, padded_back)  # a padding that broke the table explains what the kernel did next
-            raise
+        written = {self.rows[r]: self.requests[self.rows[r]].written + chunk for r, chunk in enumerate(chunks) if chunk}
+        back, reads = device_step.launch_and_check(self, qsl, positions_np, values_device, N, written, padded)
         for r, chunk in enumerate(chunks):
             if chunk:
                 req = self.requests[self.rows[r]]
                 self.history.write(req.id, req.written, values[int(qsl[r]):int(qsl[r]) + chunk])
                 req.written += chunk
-        self._device_rows = device_rows  # for the comparisons after the step
-        self._check_padded(padded, padded_back)
-        self._compare_reads(reads, back[2 * G + P:])
+        self._device_rows = back.tables  # for the comparisons after the step
+        device_step.check_padded(padded, back.padded)
+        device_step.compare_reads(self, reads, back.reads)
         self.steps_checked += 1
         self.steps_with_tokens += bool(len(positions_np))
 
@@ -440,7 +403,7 @@ class Lockstep:
             raise Discrepancy("blocks needed", f"request {rid} growing by {q}: expected {[a for a, _ in need]}, "
                                                f"got {[b for _, b in need]}")
         if sum(a for a, _ in need) > self.ref_pool.num_free:
-            self.event("pool exhausted")
+            self.event(events.POOL_EXHAUSTED)
             return 0
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
             r, i = self._both(f"group {g} append", lambda: ref.append(rid, q), lambda: impl.append(rid, q))
@@ -448,7 +411,7 @@ class Lockstep:
                 raise Discrepancy(f"group {g} append", f"request {rid} growing by {q}: expected copy {r.cow} and "
                                                        f"new blocks {r.new}, got copy {i.cow} and new blocks {i.new}")
             if r.cow is not None:
-                self.event("copy-on-write")
+                self.event(events.COPY_ON_WRITE)
                 ids = self.ids(ref.blocks[rid])
                 self.ref_tables[g].add_row(ids, row)
                 self.tables[g].add_row(ids, row)
@@ -457,137 +420,5 @@ class Lockstep:
                 self.ref_tables[g].append_row(ids, row)
                 self.tables[g].append_row(ids, row)
             if int(self.ref_tables[g].count[row]) == self.ref_tables[g].width:
-                self.event("row filled to its width")
+                self.event(events.ROW_FILLED)
         return q
-
-    def _launch_groups(self, qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor, N: int) -> list[StagedCall]:
-        """Every group's kernel calls (all its ranks, on one set of guarded inputs), then
-        its copy-on-write copies and the writes of the step's values into its paged
-        caches through the slot mappings the kernel returned. The writes are not
-        checked on their own (a device sync each): every slot is compared with the
-        reference's before the data read back is, which is the clearer report, and a
-        wrong slot is skipped or lands in a wrong place, never outside the cache."""
-        pairs = []
-        for g in range(len(self.layouts)):
-            ref_pairs, impl_pairs = self.ref_seqs[g].take_cow_pairs(), self.seqs[g].take_cow_pairs()
-            if ref_pairs != impl_pairs:
-                raise Discrepancy(f"group {g} copy-on-write pairs", f"expected {ref_pairs}, got {impl_pairs}")
-            pairs.append(ref_pairs)
-        calls = [self._slot_calls(g, qsl, positions, N, range(lay.world)) for g, lay in enumerate(self.layouts)]
-        for g, call in enumerate(calls):
-            cache, offset = self.caches[g], self.world.id_offset
-            cache.copy_blocks([(s + offset, d + offset) for s, d in pairs[g]], self.layouts[g].kv_block_size)
-            cache.write(call.outputs, values, check=False)
-        return calls
-
-    def _check_group(self, g: int, call: StagedCall, back: list[np.ndarray], qsl: np.ndarray, positions: np.ndarray,
-                     N: int) -> None:
-        """Group g's guards and inputs as they were (else: whose call broke them, each
-        rank alone), and its slot mappings against the reference."""
-        try:
-            actual = call.check(back)
-        except Discrepancy:
-            for R in range(self.layouts[g].world if self.layouts[g].world > 1 else 0):
-                self._slot_calls(g, qsl, positions, N, [R]).check()
-            raise
-        self._compare_slots(g, qsl, positions, N, actual)
-
-    def _slot_config(self, g: int) -> dict[str, int]:
-        lay = self.layouts[g]
-        return dict(kv_block_size=lay.kv_block_size, kernel_block_size=lay.kernel_block_size, cp_world_size=lay.world,
-                    cp_interleave=lay.interleave)
-
-    def _compare_slots(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, actual: np.ndarray) -> None:
-        """Group g's slot mapping of every rank against the reference (whole [Tmax] outputs)."""
-        kw = self._slot_config(g)
-        W = kw["cp_world_size"]
-        every_rank = reference_slot_mappings(qsl, positions, self.ref_tables[g].device,
-                                             self.world.max_num_batched_tokens, **kw)
-        for R in range(W):
-            expected = every_rank[R]
-            check_slot_mapping(f"group {g} rank {R} slot mapping", expected, actual[R], group=g, rank=R,
-                               config=dict(cp_rank=R, **kw), query_start_loc=qsl, positions=positions,
-                               table=self.ref_tables[g].device, requests=self.rows[:N])
-            if W > 1 and len(positions) and (expected[:len(positions)] < 0).any():
-                self.event("non-local DCP tokens")
-
-    def _slot_calls(self, g: int, qsl: np.ndarray, positions: np.ndarray, N: int, ranks: Iterable[int]) -> StagedCall:
-        """The kernel under test on group g's committed table for each of `ranks`, all on
-        one set of guarded inputs, each into its own guarded output. The guards are
-        the caller's to check (every group's together: one device sync per step)."""
-        ranks = list(ranks)
-        kw = self._slot_config(g)
-        call = StagedCall(self.tables[g].device_tensor, qsl, positions, self.world.max_num_batched_tokens,
-                          outputs=tuple(f"group {g} rank {R} slot_mapping" for R in ranks),
-                          label=f"group {g} rank {ranks[0]}" if len(ranks) == 1 else f"group {g}", slot=g)
-        qsl_view, pos_view, table_view = call.inputs()
-        for i, R in enumerate(ranks):
-            try:
-                # Our wrappers' data checks read query_start_loc and positions back (a
-                # device sync). The harness's are valid by construction; the stateless
-                # fuzzer runs the checks on every batch it draws and the unit tests on
-                # invalid ones, so here they run on a program's first call only.
-                with data_checks(self.steps_checked == 0 and g == 0 and i == 0):
-                    self.kernel(qsl_view, pos_view, table_view, call.output(i), cp_rank=R, **kw)
-            except Exception as e:  # a kernel that refuses valid input is wrong too
-                raise Discrepancy(f"group {g} rank {R} slot mapping",
-                                  f"the kernel raised {type(e).__name__}: {e}") from e
-        return call
-
-    def _check_padded(self, padded: list[tuple[int, np.ndarray, torch.Tensor]],
-                      back: list[np.ndarray] | None = None) -> None:
-        """The rows each group's pad_for_cuda_graph returned against the reference's;
-        `back`: those rows already on the host (else read here)."""
-        back = to_host([rows for _, _, rows in padded]) if back is None else back
-        for (g, expected, _), rows in zip(padded, back):
-            assert_arrays_equal(f"group {g} padded table", expected, rows)
-
-    def _launch_reads(self, written: dict[int, int]) -> "_LaunchedReads":
-        """docs/contract.md §7's read-back, launched: every live sequence's positions 0 .. its length
-        after this step (`written`, for the requests that computed tokens), through
-        each group's device table on every rank."""
-        held = [(rid, written.get(rid, self.requests[rid].written)) for rid in self.live()]
-        held = [(rid, n) for rid, n in held if n]
-        if not held:
-            return _LaunchedReads(held, np.zeros(0, np.int32), np.zeros(0, np.int64), [])
-        counts = np.array([n for _, n in held])
-        rows = np.repeat(np.array([self.requests[rid].row for rid, _ in held], dtype=np.int32), counts)
-        # Each request's positions 0 .. n-1, all requests end to end.
-        starts = np.repeat(np.cumsum(counts) - counts, counts)
-        positions = np.arange(len(rows), dtype=np.int64) - starts
-        sent = Reads.send(rows, positions, self.backend)
-        tensors = [self.caches[g].read(self.tables[g].device_tensor, sent, **self._slot_config(g))
-                   for g in range(len(self.layouts))]
-        return _LaunchedReads(held, rows, positions, tensors)
-
-    def _compare_reads(self, reads: "_LaunchedReads", back: list[np.ndarray]) -> None:
-        """Every live sequence, read through each group's device table on every rank,
-        equals its history; each token is held by exactly one rank."""
-        if not reads.held:
-            return
-        want = np.concatenate([np.array(self.history[rid][:n], dtype=np.int64) for rid, n in reads.held])
-        poison = poison_value()
-        for g, got in enumerate(back):
-            ranks = (got != poison).sum(axis=0)
-            if (ranks != 1).any():
-                i = int(np.argmax(ranks != 1))
-                raise Discrepancy(f"group {g} data read-back", f"position {reads.positions[i]} of request "
-                                                               f"{self.rows[reads.rows[i]]} is held by {ranks[i]} ranks")
-            merged = np.where(got != poison, got, 0).sum(axis=0)
-            if not same_values(merged, want):
-                i = int(np.argmax(merged != want))
-                raise Discrepancy(f"group {g} data read-back",
-                                  f"request {self.rows[reads.rows[i]]} position {reads.positions[i]}: expected value "
-                                  f"{want[i]}, read {merged[i]} ({int((merged != want).sum())} of {len(want)} "
-                                  f"values differ)")
-
-
-@dataclass
-class _LaunchedReads:
-    """A step's read-back, launched: (request, length) of each sequence read, the
-    row and position of each read, and each group's [ranks, reads] result."""
-
-    held: list[tuple[int, int]]
-    rows: np.ndarray
-    positions: np.ndarray
-    tensors: list[torch.Tensor]

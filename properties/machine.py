@@ -2,14 +2,15 @@
 their explicit arguments into steps (no `st.data()` draws, so a printed failing
 program pastes back and shrinks well).
 
-`make_machine(kernel, backend)` binds the kernel under test. The last run is kept
-in `LAST_RUN`: when Hypothesis finishes shrinking it replays the minimal failing
-example last, so that run's `program` is the shrunk step program.
+`make_machine(kernel, backend)` binds the kernel under test. A `Recorder` passed
+in keeps the last run: when Hypothesis finishes shrinking it replays the minimal
+failing example last, so that run's `program` is the shrunk step program.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import hypothesis
@@ -20,15 +21,28 @@ from blocktable.device import Backend
 from blocktable.plugin import SlotMappingFn
 from blocktable.properties import strategies
 from blocktable.properties.lockstep import Lockstep
+from blocktable.properties.rejections import KINDS as REJECTION_KINDS
 from blocktable.properties.world import WorldConfig
 
-LAST_RUN: dict[str, Any] = {}
 WHICH = st.integers(0, 15)  # an index into whatever the rule chooses among
 
 
+@dataclass
+class Recorder:
+    """What the machine's last program was, for the caller to report once Hypothesis
+    has finished: its world (kept even when the implementation refused to build
+    it), its run, and when building first failed (time.monotonic)."""
+
+    world: WorldConfig | None = None
+    run: Lockstep | None = None
+    build_failed_at: float | None = None
+
+
 def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrategy[WorldConfig] | None = None,
-                 on_run: Callable[[Lockstep], None] | None = None) -> type[RuleBasedStateMachine]:
+                 on_run: Callable[[Lockstep], None] | None = None,
+                 recorder: Recorder | None = None) -> type[RuleBasedStateMachine]:
     world_strategy = worlds if worlds is not None else strategies.worlds()
+    recorder = recorder if recorder is not None else Recorder()
 
     class LockstepMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -45,14 +59,14 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
             a whole program (swarm testing), and a program without add_request would
             otherwise schedule no token at all. One add only, so that a shrunk
             program keeps the order of its later adds and steps."""
-            LAST_RUN.pop("run", None)
-            LAST_RUN["world"] = world  # kept even if the implementation refuses to build
+            recorder.run, recorder.world = None, world
             try:
                 self.run = Lockstep(world, kernel, backend, on_event=hypothesis.event)
             except Exception:
-                LAST_RUN.setdefault("build_failed_at", time.monotonic())
+                if recorder.build_failed_at is None:
+                    recorder.build_failed_at = time.monotonic()
                 raise
-            LAST_RUN["run"] = self.run
+            recorder.run = self.run
             if on_run is not None:
                 on_run(self.run)
             self.apply(op="add")
@@ -141,7 +155,7 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
         def condense(self) -> None:
             self.apply(op="condense")
 
-        @rule(kind=st.sampled_from(strategies.REJECTIONS), which=WHICH)
+        @rule(kind=st.sampled_from(REJECTION_KINDS), which=WHICH)
         def reject(self, kind: str, which: int) -> None:
             self.apply(op="reject", kind=kind, which=which)
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from blocktable.properties.messages import Job, Progress, Result, from_json, job_to_json
 from blocktable.properties.mutants import Mutant
 
 SUBPACKAGES = ("reference", "kernels", "properties")
@@ -82,11 +83,12 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as scratch:
         root = build_tree(Path(scratch) / "tree")
         apply(mutant, root)
-        payload = {"kernel": mutant.kernel, "device": device, "examples": None, "minutes": budget / 60,
-                   "seed": seed, "profile": "ci", "out": str(Path(scratch) / "cases"),
-                   "journal": str(Path(scratch) / "journal.jsonl"), "expect_root": str(root)}
+        job = Job(mutant.kernel, device=device, minutes=budget / 60, seed=seed, profile="ci",
+                  out=str(Path(scratch) / "cases"), journal=str(Path(scratch) / "journal.jsonl"),
+                  expect_root=str(root))
         env = {**os.environ, "PYTHONPATH": str(root), "BLOCKTABLE_PROFILE": "ci", **mutant.env}
-        process = subprocess.Popen([sys.executable, "-m", "blocktable.properties.mutation_worker", json.dumps(payload)],
+        process = subprocess.Popen([sys.executable, "-m", "blocktable.properties.mutation_worker",
+                                    json.dumps(job_to_json(job))],
                                    cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         messages = []
         try:
@@ -96,23 +98,24 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
             out, err = process.communicate()
         for line in out.splitlines():
             try:
-                messages.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+                messages.append(from_json(json.loads(line)))
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue  # not a message: something the code under test printed
         where_it_died = _journal_position(Path(scratch) / "journal.jsonl")
     verdict.seconds = time.monotonic() - start
-    result = next((m for m in reversed(messages) if m.get("type") == "result"), None)
-    last = messages[-1] if messages else {}
-    if result is not None and result["status"] == "pass":
+    result = next((m for m in reversed(messages) if isinstance(m, Result)), None)
+    if result is not None and result.status == "pass":
         verdict.killed = False
         return verdict
-    if result is not None and result["status"] == "config-error":
-        verdict.killed, verdict.by = False, f"worker could not start: {result['message']}"
+    if result is not None and result.status == "config-error":
+        verdict.killed, verdict.by = False, f"worker could not start: {result.message}"
         return verdict
     verdict.killed = True
-    source = result or last
-    verdict.seconds_to_kill = source.get("first_failure_s")
-    verdict.examples_to_kill = source.get("examples_to_failure")
+    stats = result.stats if result is not None else next(
+        (m.stats for m in reversed(messages) if isinstance(m, Progress)), None)
+    if stats is not None:
+        verdict.seconds_to_kill = stats.first_failure_s
+        verdict.examples_to_kill = stats.examples_to_failure
     if result is None:
         verdict.by = f"the worker died (exit {process.returncode}) {where_it_died}"
         if verdict.examples_to_kill is None and where_it_died.startswith("during contract example"):
@@ -120,13 +123,14 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
         if verdict.seconds_to_kill is None:
             verdict.seconds_to_kill = verdict.seconds
         return verdict
-    report = result.get("report", "")
-    verdict.shrunk_steps = result.get("program_steps", 0)
-    failure = next((line for line in report.splitlines() if line.startswith("  failure")), "")
-    config = next((line for line in report.splitlines() if line.startswith("  config:")), "")
-    verdict.by = failure.split(": ", 1)[-1][:160] if failure else report[:160]
-    if result.get("kind") == "slot-call":
-        verdict.by = f"contract example {config.split(':')[1].strip().split()[0] if config else ''}: {verdict.by}"
+    failure = result.failure
+    if failure is None:  # a "fail" result always carries its failure
+        verdict.by = "the worker reported a failure without details"
+        return verdict
+    verdict.shrunk_steps = failure.program_steps
+    verdict.by = (failure.error or failure.report)[:160]
+    if failure.kind == "slot-call":
+        verdict.by = f"contract example {failure.call}: {verdict.by}"
     return verdict
 
 

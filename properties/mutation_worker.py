@@ -1,4 +1,4 @@
-"""`python -m blocktable.properties.mutation_worker PAYLOAD`: the fuzz engine on a
+"""`python -m blocktable.properties.mutation_worker JOB`: the fuzz engine on a
 mutated copy of the package, its messages printed as JSON lines."""
 
 from __future__ import annotations
@@ -9,18 +9,19 @@ from pathlib import Path
 
 
 def main() -> None:
-    payload = json.loads(sys.argv[1])
     import blocktable
+    from blocktable.properties.messages import Message, job_from_json, to_json
 
-    root = Path(payload["expect_root"]).resolve()
+    job = job_from_json(json.loads(sys.argv[1]))
+    root = Path(job.expect_root).resolve()
     if root not in Path(blocktable.__file__).resolve().parents:
         raise SystemExit(f"mutation worker imported {blocktable.__file__}, not the mutated tree under {root}")
     from blocktable.properties.engine import fuzz_child
 
-    def send(message: dict) -> None:
-        print(json.dumps(message, default=str), flush=True)
+    def send(message: Message) -> None:
+        print(json.dumps(to_json(message), default=str), flush=True)
 
-    fuzz_child(payload, send)
+    fuzz_child(job, send)
 
 
 if __name__ == "__main__":

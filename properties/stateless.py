@@ -11,6 +11,7 @@ request, then the batch) and saved as a slot-call case file like any other.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from blocktable.properties.engine import Send, prepare, send_failure
 from blocktable.properties import fault
 from blocktable.properties.guard import GuardedCall
 from blocktable.properties.journal import Journal
+from blocktable.properties.messages import Job, Progress, Result, Stats
 from blocktable.properties.replay import run_slot_call, slot_call
 from blocktable.properties.strategies import divisors
 from blocktable.properties.vectorized import slot_mapping_vectorized
@@ -113,29 +115,29 @@ def shrink(kernel: Any, backend: Any, config: dict[str, int], qsl: torch.Tensor,
     return candidates[-1]
 
 
-def stateless_child(payload: dict[str, Any], send: Send) -> None:
-    ready = prepare(payload, send)
+def stateless_child(job: Job, send: Send) -> None:
+    ready = prepare(job, send)
     if ready is None:
         return
     backend, kernel = ready
     device = backend.device
-    rng = np.random.default_rng(payload["seed"])
+    rng = np.random.default_rng(job.seed)
     gen = torch.Generator(device=device)
-    gen.manual_seed(payload["seed"])
+    gen.manual_seed(job.seed)
     max_tokens = 4096 if backend.interpreted else 1 << 20
     # A batch is too big to journal; its number, seed and shape are enough to say
     # where a crash happened and how to repeat it (same seed, same device).
-    journal = Journal(Path(payload["journal"]))
+    journal = Journal(Path(job.journal))
     start = time.monotonic()
-    deadline = start + 60 * payload["minutes"] if payload.get("minutes") else None
-    batches = payload.get("examples") or 100
-    stats = {"batches": 0, "tokens": 0}
+    deadline = start + 60 * job.minutes if job.minutes else None
+    batches = job.examples or 100
+    stats = Stats(batches=0, tokens=0)
     last_sent = 0.0
-    while (deadline is None and stats["batches"] < batches) or (deadline is not None and time.monotonic() < deadline):
+    while (deadline is None and stats.batches < batches) or (deadline is not None and time.monotonic() < deadline):
         config, qsl, positions, table, tmax = random_call(rng, gen, device, max_tokens)
         expected = slot_mapping_vectorized(qsl, positions, table, tmax, **config)
-        journal.start({"kind": "stateless-batch", "kernel": payload["kernel"], "device": backend.describe(),
-                       "batch": stats["batches"] + 1, "seed": payload["seed"], "config": config,
+        journal.start({"kind": "stateless-batch", "kernel": job.kernel, "device": backend.describe(),
+                       "batch": stats.batches + 1, "seed": job.seed, "config": config,
                        "requests": qsl.numel() - 1, "tokens": positions.numel(), "max_num_tokens": tmax})
         try:
             actual = run_guarded(kernel, config, qsl, positions, table, tmax)
@@ -146,21 +148,21 @@ def stateless_child(payload: dict[str, Any], send: Send) -> None:
         if failed:
             token = int(torch.nonzero(actual != expected)[0, 0]) if actual is not None else 0
             call = shrink(kernel, backend, config, qsl, positions, table, tmax, token)
-            case = Case("slot-call", payload["kernel"], {}, call=call,
-                        provenance=provenance(backend.describe(), seed=payload["seed"], mode="stateless"))
-            send_failure(send, case, run_slot_call(call, kernel, backend), backend, Path(payload["out"]),
-                         {**stats, "elapsed": time.monotonic() - start})
+            case = Case("slot-call", job.kernel, {}, call=call,
+                        provenance=provenance(backend.describe(), seed=job.seed, mode="stateless"))
+            stats.elapsed = time.monotonic() - start
+            send_failure(send, case, run_slot_call(call, kernel, backend), backend, Path(job.out or "."), stats)
             return
-        stats["batches"] += 1
-        stats["tokens"] += tmax
+        stats.batches += 1
+        stats.examples = stats.batches
+        stats.tokens += tmax
         now = time.monotonic()
         if now - last_sent > 0.25:
             last_sent = now
-            send({"type": "progress", **stats, "elapsed": now - start,
-                  "examples": stats["batches"]})
+            stats.elapsed = now - start
+            send(Progress("stateless", dataclasses.replace(stats)))
     if not backend.interpreted:
         torch.cuda.synchronize()
     journal.close()
-    elapsed = time.monotonic() - start
-    send({"type": "result", "status": "pass", "device": backend.describe(), **stats, "elapsed": elapsed,
-          "examples": stats["batches"], "tokens_per_s": stats["tokens"] / max(elapsed, 1e-9)})
+    stats.elapsed = time.monotonic() - start
+    send(Result("pass", device=backend.describe(), stats=stats))

@@ -5,6 +5,7 @@ reference. Exit 0: no discrepancy; 1: discrepancy (the case file is printed);
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +16,8 @@ from rich.table import Table
 
 from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, UsageError, add_kernel_and_device, console,
                                    crash_case, normalize_kernel, render_crash)
+from blocktable.properties import messages
+from blocktable.properties.messages import Failure, Job, Log, Message, Result, Stats
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("blocktable-cases"),
                    help="folder for case files and the crash journal (default ./blocktable-cases)")
     p.add_argument("--stateless", action="store_true",
-                   help="batched stateless fuzzing of the slot-mapping kernel alone (see README)")
+                   help="batched stateless fuzzing of the slot-mapping kernel alone (see docs/cli.md)")
     p.add_argument("--shrink-seconds", type=float, default=120, metavar="S",
                    help="when the kernel kills its process, spend up to S seconds replaying smaller "
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
@@ -59,59 +62,60 @@ def _run(args: argparse.Namespace) -> int:
     examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
     args.out.mkdir(parents=True, exist_ok=True)
     journal = args.out / "journal.jsonl"
-    payload = {"kernel": kernel, "device": args.device, "examples": examples, "minutes": args.minutes,
-               "seed": args.seed, "profile": args.profile, "out": str(args.out), "journal": str(journal)}
+    job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
+              profile=args.profile, out=str(args.out), journal=str(journal))
     target = "blocktable.properties.stateless:stateless_child" if args.stateless else \
         "blocktable.properties.engine:fuzz_child"
 
-    latest: dict[str, Any] = {}
+    latest = Stats()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
                   TimeElapsedColumn(), console=console, transient=False) as progress:
         total = args.minutes * 60 if args.minutes else examples
         task = progress.add_task(f"fuzz {kernel}", total=total, detail="starting")
 
-        def on_message(message: dict[str, Any]) -> None:
-            if message.get("type") == "log":
-                progress.console.print(message["text"])
+        def on_message(message: Message) -> None:
+            nonlocal latest
+            if isinstance(message, Log):
+                progress.console.print(message.text)
                 return
-            latest.update(message)
-            done = message.get("elapsed", 0) if args.minutes else message.get("examples", 0)
-            progress.update(task, completed=done, detail=_detail(message))
+            if isinstance(message, messages.Progress):
+                latest = message.stats
+                done = latest.elapsed if args.minutes else latest.examples
+                progress.update(task, completed=done, detail=_detail(latest))
 
         start = time.monotonic()
-        outcome = run_in_child(target, payload, on_message)
-        if outcome.result is not None:
-            latest.update(outcome.result)
-            progress.update(task, completed=total if outcome.result.get("status") == "pass" else None,
-                            detail=_detail(latest))
-    result = outcome.result
+        outcome = run_in_child(target, job, on_message)
+        result = outcome.result
+        if result is not None:
+            latest = result.stats or latest
+            progress.update(task, completed=total if result.status == "pass" else None, detail=_detail(latest))
     if result is None:  # the child died: the journal has the fatal step
         case, message, where = crash_case(journal, outcome.exitcode)
         if case is None:  # a stateless batch: the message says how to repeat it
             console.print(message, markup=False, soft_wrap=True)
             return EXIT_FAIL
         if case.kind == "lockstep" and case.program and args.shrink_seconds > 0:
-            message = _shrink_crash(case, payload, outcome.exitcode, args.shrink_seconds)
+            message = _shrink_crash(case, job, outcome.exitcode, args.shrink_seconds)
         path = case.save(args.out)
         console.print(render_crash(case, message, path, where, args.device), markup=False, soft_wrap=True)
         console.print(f"case file: {path}")
         return EXIT_FAIL
-    if result["status"] == "config-error":
-        console.print(f"[red]blocktable fuzz:[/] {result['message']}")
+    if result.status == "config-error":
+        console.print(f"[red]blocktable fuzz:[/] {result.message}")
         return EXIT_USAGE
-    _summary(kernel, args, latest, time.monotonic() - start)
-    if result["status"] == "pass":
+    _summary(kernel, args, latest, result, time.monotonic() - start)
+    if result.status == "pass" or result.failure is None:
         console.print("[green]no discrepancy found[/]")
         return EXIT_PASS
-    console.print(result["report"], markup=False, soft_wrap=True)
-    triage = _triage(result, args)
+    console.print(result.failure.report, markup=False, soft_wrap=True)
+    triage = _triage(result.failure, args)
     if triage:
         console.print(f"  triage: {triage}", markup=False, soft_wrap=True)
-    console.print(f"case file: {result['case']}")
+    console.print(f"case file: {result.failure.case}")
     return EXIT_FAIL
 
 
-def _shrink_crash(case: Any, payload: dict[str, Any], exitcode: int | None, seconds: float) -> str:
+def _shrink_crash(case: Any, job: Job, exitcode: int | None, seconds: float) -> str:
     """Shrink a crashing lockstep program in place; the new crash message."""
     from blocktable.cli.common import describe_crash
     from blocktable.properties.crash import shrink_crash
@@ -121,7 +125,7 @@ def _shrink_crash(case: Any, payload: dict[str, Any], exitcode: int | None, seco
                   TimeElapsedColumn(), console=console, transient=True) as progress, \
             tempfile.TemporaryDirectory() as scratch:
         task = progress.add_task("shrink", detail=f"{found} steps")
-        shrunk = shrink_crash({**payload, "journal": str(Path(scratch) / "journal.jsonl")},
+        shrunk = shrink_crash(dataclasses.replace(job, journal=str(Path(scratch) / "journal.jsonl")),
                               case.world.to_json(), case.program, exitcode, seconds,
                               lambda _, now: progress.update(task, detail=f"{found} -> {now} steps"))
     if shrunk.reproduced:
@@ -136,73 +140,67 @@ def _shrink_crash(case: Any, payload: dict[str, Any], exitcode: int | None, seco
     return message
 
 
-def _detail(m: dict[str, Any]) -> str:
-    if "tokens" in m:  # the stateless mode
-        return f"{m.get('batches', 0)} batches, {m.get('tokens', 0):,} tokens checked"
-    events = m.get("events", {})
-    return (f"{m.get('examples', 0)} programs, {m.get('steps', 0)} checked steps, "
-            f"{len(events)} kinds of event reached")
+def _detail(stats: Stats) -> str:
+    if stats.tokens is not None:  # the stateless mode
+        return f"{stats.batches} batches, {stats.tokens:,} tokens checked"
+    return (f"{stats.examples} programs, {stats.steps} checked steps, "
+            f"{len(stats.events)} kinds of event reached")
 
 
-def _summary(kernel: str, args: argparse.Namespace, stats: dict[str, Any], elapsed: float) -> None:
+def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result, elapsed: float) -> None:
     table = Table(title="blocktable fuzz", show_header=False)
     table.add_column("what")
     table.add_column("value")
     table.add_row("kernel", kernel)
-    table.add_row("device", stats.get("device", args.device))
+    table.add_row("device", result.device or args.device)
     table.add_row("profile / seed", f"{args.profile} / {args.seed}")
-    if "tokens" in stats:
-        table.add_row("batches / tokens checked", f"{stats.get('batches', 0)} / {stats.get('tokens', 0):,}")
-        table.add_row("tokens/s", f"{stats.get('tokens', 0) / max(elapsed, 1e-9):,.0f}")
+    if stats.tokens is not None:
+        table.add_row("batches / tokens checked", f"{stats.batches} / {stats.tokens:,}")
+        table.add_row("tokens/s", f"{stats.tokens / max(elapsed, 1e-9):,.0f}")
     else:
-        steps, busy = stats.get("steps", 0), stats.get("steps_with_tokens", 0)
-        seconds = max(stats.get("elapsed", elapsed), 1e-9)
+        steps, busy = stats.steps, stats.steps_with_tokens
+        seconds = max(stats.elapsed or elapsed, 1e-9)
         # A bug falls at a program (Hypothesis's example), whatever its length: programs
         # per second is what a time to find a bug scales with.
-        programs = stats.get("examples", 0)
+        programs = stats.examples
         table.add_row("programs run (shrinking included) / operations",
-                      f"{programs} ({programs / seconds:.1f}/s) / {stats.get('operations', 0)}")
+                      f"{programs} ({programs / seconds:.1f}/s) / {stats.operations}")
         table.add_row("checked steps", f"{steps} ({steps / seconds:.1f}/s)")
         table.add_row("  of which scheduled tokens", f"{busy} ({busy / seconds:.1f}/s)")
-        events = stats.get("events", {})
+        events = stats.events
         table.add_row("events reached", ", ".join(f"{k} ×{v}" for k, v in sorted(events.items())) or "-")
     table.add_row("elapsed", f"{elapsed:.1f} s")
-    table.add_row("result", "[green]pass[/]" if stats.get("status") == "pass" else "[red]discrepancy[/]")
+    table.add_row("result", "[green]pass[/]" if result.status == "pass" else "[red]discrepancy[/]")
     console.print(table)
 
 
-def _triage(result: dict[str, Any], args: argparse.Namespace) -> str | None:
+def _triage(failure: Failure, args: argparse.Namespace) -> str | None:
     """On a GPU: replay the case on the interpreter and say which side disagrees."""
     import torch
 
-    if result.get("kind") not in ("lockstep", "slot-call"):
+    if failure.kind not in ("lockstep", "slot-call"):
         return None
     if args.device == "cpu" or not torch.cuda.is_available():
         return None
-    return interpreter_verdict(result["case"], normalize_kernel(args.kernel), result)
+    return interpreter_verdict(failure.case, normalize_kernel(args.kernel), failure)
 
 
-def interpreter_verdict(case: str, kernel: str, compiled: dict[str, Any]) -> str:
+def interpreter_verdict(case: str, kernel: str, compiled: Failure) -> str:
     """Compare the compiled run's failure with an interpreter replay of the same case."""
     from blocktable.properties.child import describe_exit, run_in_child
 
-    outcome = run_in_child("blocktable.properties.engine:replay_child",
-                           {"case": case, "kernel": kernel, "device": "cpu", "profile": "ci"})
+    outcome = run_in_child("blocktable.properties.engine:replay_child", Job(kernel, device="cpu", case=case))
     interp = outcome.result
     if interp is None:
         return f"the interpreter replay {describe_exit(outcome.exitcode)}; no verdict"
-    if interp["status"] == "config-error":
-        return f"the interpreter replay could not start: {interp['message']}"
-    if interp["status"] == "pass":
+    if interp.status == "config-error":
+        return f"the interpreter replay could not start: {interp.message}"
+    if interp.status == "pass" or interp.failure is None:
         return ("reference = interpreter ≠ compiled: only the compiled kernel disagrees "
                 "(a compiler, hardware or race issue, not the kernel's arithmetic)")
-    same_step = interp.get("step") == compiled.get("step")
-    if same_step and interp.get("first") and interp.get("first") == _first(compiled):
+    seen = interp.failure
+    if seen.step == compiled.step and seen.first and seen.first == compiled.first:
         return ("interpreter = compiled ≠ reference: the kernel's logic disagrees with the contract "
                 "(the interpreter computes the same wrong slot)")
     return (f"reference, interpreter and compiled kernel all differ: the interpreter fails at step "
-            f"{(interp.get('step') or 0) + 1} on {interp.get('what')}")
-
-
-def _first(result: dict[str, Any]) -> list[int] | None:
-    return result.get("first")
+            f"{(seen.step or 0) + 1} on {seen.what}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, UsageError, add_kernel_and_device, console,
                                    crash_case, normalize_kernel, render_crash)
+from blocktable.properties.messages import Job, Log
 
 VERBOSE_VARIABLE = "BLOCKTABLE_VERBOSE"
 
@@ -48,9 +49,8 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False) -> 
     with tempfile.TemporaryDirectory() as scratch:
         journal = Path(scratch) / "journal.jsonl"
         outcome = run_in_child("blocktable.properties.engine:replay_child",
-                               {"case": str(case_path), "kernel": kernel, "device": device, "profile": "ci",
-                                "verbose": verbose, "journal": str(journal)},
-                               lambda m: console.print(m["text"], markup=False) if m.get("type") == "log" else None)
+                               Job(kernel, device=device, case=str(case_path), verbose=verbose, journal=str(journal)),
+                               lambda m: console.print(m.text, markup=False) if isinstance(m, Log) else None)
         result = outcome.result
         if result is None:
             case, message, where = crash_case(journal, outcome.exitcode)
@@ -59,19 +59,19 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False) -> 
                 return EXIT_FAIL
             console.print(render_crash(case, message, case_path, where, device), markup=False, soft_wrap=True)
             return EXIT_FAIL
-    if result["status"] == "config-error":
-        console.print(f"[red]blocktable replay:[/] {result['message']}")
+    if result.status == "config-error":
+        console.print(f"[red]blocktable replay:[/] {result.message}")
         return EXIT_USAGE
-    if result["status"] == "pass":
-        console.print(f"[green]{case_path} passes now[/] with {kernel} on {result['device']}")
+    if result.status == "pass" or result.failure is None:
+        console.print(f"[green]{case_path} passes now[/] with {kernel} on {result.device}")
         return EXIT_PASS
-    console.print(result["report"], markup=False, soft_wrap=True)
+    console.print(result.failure.report, markup=False, soft_wrap=True)
     import torch
 
     if device != "cpu" and torch.cuda.is_available():
         from blocktable.cli.fuzz import interpreter_verdict
 
-        console.print(f"  triage: {interpreter_verdict(str(case_path), kernel, result)}", markup=False, soft_wrap=True)
+        console.print(f"  triage: {interpreter_verdict(str(case_path), kernel, result.failure)}", markup=False, soft_wrap=True)
     return EXIT_FAIL
 
 

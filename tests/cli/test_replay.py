@@ -74,6 +74,7 @@ def test_triage_verdicts_compare_the_compiled_failure_with_an_interpreter_replay
     """interpreter_verdict replays the case on the interpreter; the compiled side is
     simulated here (no GPU), once agreeing with it, once not, once passing."""
     from blocktable.cli.fuzz import interpreter_verdict
+    from blocktable.properties.messages import Failure
 
     kernel, case = failing_case(cli, plugin_file)
     code, out = cli("replay", str(case))
@@ -83,9 +84,13 @@ def test_triage_verdicts_compare_the_compiled_failure_with_an_interpreter_replay
     token = int(out.split("first at token ")[1].split(":")[0])
     expected = int(out.split("expected ")[1].split(",")[0])
     actual = int(out.split("got ")[1].split()[0])
-    same = {"step": step, "first": [token, expected, actual]}
+    def compiled(first: list[int]) -> Failure:
+        return Failure(kind="lockstep", what="", message="", config="", step=step, program_steps=0, case=str(case),
+                       report="", first=first)
+
+    same = compiled([token, expected, actual])
     assert "interpreter = compiled ≠ reference" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", same)
-    other = {"step": step, "first": [token, expected, actual + 1]}
+    other = compiled([token, expected, actual + 1])
     assert "all differ" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", other)
     kernel.write_text(kernel.read_text().replace(BUG[1], BUG[0]))  # now the interpreter agrees with the reference
     assert "reference = interpreter ≠ compiled" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", same)

@@ -6,22 +6,17 @@ from hypothesis import seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from blocktable import plugin
+from blocktable.properties.events import LABELS
 from blocktable.properties.machine import make_machine
 from blocktable.properties.reference_kernel import harness_kernels
 
 pytestmark = pytest.mark.quality
 
-LABELS = ["fork depth >= 2", "copy-on-write", "ref >= 3", "row reused shorter", "self-move", "self-swap",
-          "tile crossing", "non-local DCP tokens", "pool exhausted", "resumed (recompute)", "cuda-graph padding",
-          "ids offset toward 2**31-1", "finished row left stale", "rejected row-overflow", "rejected double-free",
-          "rejected free-duplicate", "rejected over-allocate", "rejected fork-unknown",
-          "row filled to its width"]
 # The bound: seeded programs of 40 examples each, as `blocktable fuzz` runs them
 # (fresh runs reach further than one long run, whose later examples are mostly
-# mutations of earlier ones). Measured on seed 1: every label by example 50. The
-# rarest was "row filled to its width" (a row is 128 tokens or more wide and must be
-# filled exactly): at 11 to 391 on other seeds, and at 6 to 17 on four seeds since
-# one world in six is made for full rows (56, 11, 7 and 62 before).
+# mutations of earlier ones). The rarest label is "row filled to its width": a row
+# is 128 tokens or more wide and must be filled exactly, which the full-rows worlds
+# (one in six) exist for.
 CHUNKS, PER_CHUNK = 10, 40
 
 

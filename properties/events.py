@@ -1,0 +1,34 @@
+"""The coverage labels: what the lockstep reports through `hypothesis.event` when a
+program reaches a state worth reaching. `blocktable fuzz` counts them in its summary,
+and the quality tier (tests/properties/test_coverage.py) fails when the generators
+stop reaching one. Every label is named here, once."""
+
+from __future__ import annotations
+
+from blocktable.properties.rejections import KINDS
+
+FORK_DEPTH_2 = "fork depth >= 2"
+COPY_ON_WRITE = "copy-on-write"
+REF_3 = "ref >= 3"
+ROW_REUSED_SHORTER = "row reused shorter"
+SELF_MOVE = "self-move"
+SELF_SWAP = "self-swap"
+TILE_CROSSING = "tile crossing"
+NON_LOCAL_DCP = "non-local DCP tokens"
+POOL_EXHAUSTED = "pool exhausted"
+RESUMED = "resumed (recompute)"
+CUDA_GRAPH_PADDING = "cuda-graph padding"
+IDS_NEAR_INT32_MAX = "ids offset toward 2**31-1"
+STALE_ROW = "finished row left stale"
+ROW_FILLED = "row filled to its width"
+
+
+def rejected(kind: str) -> str:
+    """The label of a refused call of `kind` (properties/rejections.py)."""
+    return f"rejected {kind}"
+
+
+LABELS: tuple[str, ...] = (
+    FORK_DEPTH_2, COPY_ON_WRITE, REF_3, ROW_REUSED_SHORTER, SELF_MOVE, SELF_SWAP, TILE_CROSSING, NON_LOCAL_DCP,
+    POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW,
+    *(rejected(kind) for kind in KINDS), ROW_FILLED)
