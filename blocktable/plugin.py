@@ -1,7 +1,7 @@
 """Finding the slot-mapping function to test: one of ours by name, or a third
 party's by `MODULE:FUNCTION` or `path/to/file.py:FUNCTION`.
 
-Every function follows the plug-in contract (README, "Plug-in API"):
+Every function follows the plug-in contract (docs/plugins.md):
 
     fn(query_start_loc, positions, block_table, slot_mapping, *, kv_block_size,
        kernel_block_size, cp_world_size, cp_rank, cp_interleave) -> None

@@ -1,4 +1,4 @@
-"""Our slot-mapping kernels behind the plug-in contract (README, "Plug-in API"):
+"""Our slot-mapping kernels behind the plug-in contract (docs/plugins.md):
 
     fn(query_start_loc, positions, block_table, slot_mapping, *, kv_block_size,
        kernel_block_size, cp_world_size, cp_rank, cp_interleave) -> None
@@ -23,7 +23,7 @@ LARGE_BATCH = 65536  # tokens: above this the tiled kernels are bandwidth-bound,
 def tiled_launch(backend, max_num_tokens: int, num_tokens: int, num_reqs: int,
                  specialized: bool = False) -> tuple[int, int, bool]:
     """(tokens per program, warps, whole tiles) of the tiled kernels, from sweeps on
-    an H200 (docs/benchmarks.md). Tiles: up to 64K tokens (launch- and
+    an H200 (docs/results.md). Tiles: up to 64K tokens (launch- and
     latency-bound) 256 tokens and 8 warps; above, 256 x 4 for the run-time kernel
     and 1024 x 4 for the specialized one. The whole-tile search (one scalar search
     per tile first) pays where requests are at least a tile long on average, and

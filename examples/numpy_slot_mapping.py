@@ -2,7 +2,7 @@
 
     blocktable fuzz --kernel examples/numpy_slot_mapping.py:slot_mapping
 
-The harness calls it with the plug-in contract (README, "Plug-in API"). Note that
+The harness calls it with the plug-in contract (docs/plugins.md). Note that
 `block_table` may be a row-strided view (the harness surrounds it with guard
 rows and columns): index it, never assume its rows are back to back.
 """

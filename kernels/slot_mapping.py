@@ -1,15 +1,19 @@
 """docs/contract.md §4 as Triton kernels: the slot of every scheduled token, -1 where the token
 is not this rank's or its table column lies past the row, and -1 over the tail.
 
-`slot_mapping_per_request` is the simple design vLLM ships (one program per request
-looping over token tiles, one extra program for the tail): the baseline.
+`slot_mapping_per_request` is the design vLLM ships, with vLLM's compile-time
+choices: one program per request looping over 1,024-token tiles, one extra program
+for the tail; the DCP world size, rank and interleave, the pad value and the tile
+are compile-time constants, the block sizes run-time arguments, and Triton's default
+integer specialization is left on. It is the baseline the benchmark compares with.
 `slot_mapping_tiled` is a grid over token tiles, the default;
 `slot_mapping_tiled_specialized` compiles K, B, W and I in.
 
 Positions are int64, and block ids are widened before the multiply so that ids up
 to 2**31-1 times B cannot wrap. Inside a virtual block (K * W tokens) offsets fit
-in int32, where division is far cheaper than in int64. Integer arguments are not
-specialized: fuzzing draws many configurations, and each specialization compiles.
+in int32, where division is far cheaper than in int64. The tiled kernels' integer
+arguments are not specialized: fuzzing draws many configurations, and each
+specialization compiles.
 """
 
 import triton
@@ -36,16 +40,18 @@ def token_slots(p, valid, row_ptr, width, K, B, W, R, I):
     return block * B + lofs % B, keep
 
 
-@triton.jit(do_not_specialize=[n for n in RUNTIME_INTS if n != "num_reqs"])
+@triton.jit
 def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
-                             num_tokens, max_num_tokens, width, K, B, W, R, I,
-                             BLOCK: tl.constexpr):
+                             num_tokens, max_num_tokens, width, K, B, W: tl.constexpr, R: tl.constexpr,
+                             I: tl.constexpr, BLOCK: tl.constexpr, PAD: tl.constexpr = -1):
+    """vLLM's kernel shape: W, R, I, the pad value PAD and the tile BLOCK (1,024
+    tokens) compiled in, one compilation per DCP rank; K and B run-time."""
     req = tl.program_id(0)
     if req == tl.num_programs(0) - 1:
-        # The last program pads [num_tokens, max_num_tokens) with -1.
+        # The last program pads [num_tokens, max_num_tokens) with PAD.
         for start in range(num_tokens, max_num_tokens, BLOCK):
             offs = start + tl.arange(0, BLOCK)
-            tl.store(out_ptr + offs, tl.full([BLOCK], -1, tl.int64), mask=offs < max_num_tokens)
+            tl.store(out_ptr + offs, tl.full([BLOCK], PAD, tl.int64), mask=offs < max_num_tokens)
     else:
         begin = tl.load(qsl_ptr + req)
         end = tl.load(qsl_ptr + req + 1)
@@ -55,7 +61,7 @@ def slot_mapping_per_request(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
             in_req = offs < end
             p = tl.load(pos_ptr + offs, mask=in_req, other=0)
             slot, keep = token_slots(p, in_req, row_ptr, width, K, B, W, R, I)
-            tl.store(out_ptr + offs, tl.where(keep, slot, -1), mask=in_req)
+            tl.store(out_ptr + offs, tl.where(keep, slot, PAD), mask=in_req)
 
 
 @triton.jit

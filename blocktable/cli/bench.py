@@ -3,9 +3,12 @@ fixed suite of shapes, each timed as CUDA-graph replays (triton.testing's
 do_bench_cudagraph, median), against a measured device-to-device copy bandwidth.
 
 Every kernel's output is checked against the vectorized reference on each shape
-before it is timed: a wrong kernel is reported, never ranked. Without a GPU the
-command still runs (interpreter, tiny shapes) to check the code path; its
-"timings" are then labelled as no measurement.
+before it is timed: a wrong kernel is reported, never ranked. The baseline,
+`triton-per-request`, is vLLM's kernel design with vLLM's compile-time choices
+(DCP world size, rank and interleave, the pad value and the 1,024-token tile
+compiled in; block sizes run-time), and the tables name it so. Without a GPU the
+command still runs (interpreter, tiny shapes) to check the code path: it says
+first that interpreter wall times are not timings, and computes no speed-up.
 """
 
 from __future__ import annotations
@@ -30,11 +33,25 @@ QUICK = [("decode-256", 256, 1), ("mixed-64x128", 64, 128), ("prefill-1x16384", 
 TINY = [("decode-8", 8, 1), ("mixed-4x32", 4, 32)]  # the interpreter: the code path, not a measurement
 WORLDS = [(1, 1), (4, 16)]  # (W, I)
 K = B = 16
+BASELINE = "triton-per-request"
+OURS = ["triton-tiled", "triton-specialized"]
+# What each built-in kernel is, as the tables name it.
+LABELS = {BASELINE: "per-request (vLLM-style: W/R/I, pad, tile constexpr)",
+          "triton-tiled": "tiled (run-time sizes)",
+          "triton-specialized": "tiled, specialized (K/B/W/I constexpr)"}
+INTERPRETER_WARNING = ("No GPU: the kernels run under Triton's interpreter. The times below are interpreter "
+                       "wall times, not timings of the kernels; no speed-up is computed. This run checks the "
+                       "code path and every kernel's output only.")
+
+
+def label(kernel: str) -> str:
+    return LABELS.get(kernel, kernel)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="time slot-mapping kernels side by side (GPU)", description=__doc__)
-    p.add_argument("--quick", action="store_true", help="four shapes instead of seven")
+    p.add_argument("--quick", action="store_true",
+                   help="four shapes instead of seven (on a GPU; without one, two tiny shapes either way)")
     p.add_argument("--kernel", action="append", default=[], metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
                    help="a further kernel to time beside ours (repeatable)")
     p.add_argument("--device", default="auto", choices=CHOICES)
@@ -93,7 +110,7 @@ def time_call(fn: Callable[[], None], cuda: bool) -> tuple[float, str]:
     if not cuda:
         start = time.perf_counter()
         fn()
-        return (time.perf_counter() - start) * 1e6, "interpreter: not a measurement"
+        return (time.perf_counter() - start) * 1e6, "interpreter wall time, not a timing"
     import torch
     import triton.testing
 
@@ -131,8 +148,10 @@ def run(args: argparse.Namespace) -> int:
 
     backend = device.select(args.device)
     cuda = backend.name == "cuda"
+    if not cuda:
+        console.print(f"[bold yellow]WARNING:[/] {INTERPRETER_WARNING}", soft_wrap=True)
     try:
-        kernels = {name: plugin.load(name, harness_kernels()) for name in ["triton-per-request", "triton-tiled", "triton-specialized", *extra]}
+        kernels = {name: plugin.load(name, harness_kernels()) for name in [BASELINE, *OURS, *extra]}
     except plugin.PluginError as e:
         console.print(f"[red]blocktable bench:[/] {e}")
         return EXIT_USAGE
@@ -152,17 +171,19 @@ def run(args: argparse.Namespace) -> int:
                     ok = np.array_equal(out.cpu().numpy(), inputs["expected"])
                     us, note = time_call(call, cuda) if ok else (None, "WRONG OUTPUT: not timed")
                 rows.append(Row(name, W, I, kernel_name, inputs["T"], requests, us, inputs["bytes"], ok, note))
-                console.print(f"{name:>16} W={W} {kernel_name:<20} "
-                              + (f"{us:9.2f} µs" if us is not None else "        -   ") + f"  {note}")
+                console.print(f"{name:>16} W={W} {label(kernel_name):<52} "
+                              + (f"{us:9.2f} µs" if us is not None else "        -   ") + f"  {note}",
+                              markup=False)
     args.out.mkdir(parents=True, exist_ok=True)
     meta = _meta(backend, copy_gbps)
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     markdown = render_markdown(rows, meta)
     (args.out / "results.md").write_text(markdown)
-    plotted = plot(rows, copy_gbps, args.out / "bench.png", meta)
+    plotted = plot(rows, copy_gbps, args.out / "bench.png", meta) if cuda else False
     console.print(markdown, markup=False, soft_wrap=True)
+    why = "no GPU timings" if not cuda else "matplotlib is not installed"
     console.print(f"wrote {args.out / 'results.json'}, {args.out / 'results.md'}"
-                  + (f", {args.out / 'bench.png'}" if plotted else " (no plot: matplotlib is not installed)"))
+                  + (f", {args.out / 'bench.png'}" if plotted else f" (no plot: {why})"))
     return EXIT_PASS if all(r.ok for r in rows) else EXIT_FAIL
 
 
@@ -173,22 +194,25 @@ def _meta(backend: Any, copy_gbps: float | None) -> dict[str, Any]:
     import torch
     import triton
 
-    return {"device": backend.describe(), "torch": torch.__version__, "triton": triton.__version__,
+    return {"device": backend.describe(), "timed": backend.name == "cuda", "labels": LABELS,
+            "torch": torch.__version__, "triton": triton.__version__,
             "numpy": np.__version__, "python": platform.python_version(),
             "date": datetime.date.today().isoformat(), "copy_gbps": copy_gbps, "K": K, "B": B}
 
 
 def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
+    if not meta.get("timed", True):
+        return render_untimed(rows, meta)
     copy = meta.get("copy_gbps")
     lines = [f"Device: {meta['device']}; numpy {meta['numpy']}; {meta['date']}.",
              f"Device-to-device copy: {copy:.0f} GB/s (bytes read + written)." if copy else
-             "No GPU: interpreter timings, not measurements.",
-             f"K = B = {meta['K']}; times are medians of CUDA-graph replays.", "",
-             "| shape | W | tokens | kernel | µs | tokens/s | GB/s | % of copy | vs per-request |",
+             "Device-to-device copy: not measured.",
+             f"K = B = {meta['K']}; times are medians of CUDA-graph replays. Baseline: {label(BASELINE)}.", "",
+             "| shape | W | tokens | kernel | µs | tokens/s | GB/s | % of copy | × vs per-request |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    base = {(r.shape, r.world): r.microseconds for r in rows if r.kernel == "triton-per-request"}
+    base = {(r.shape, r.world): r.microseconds for r in rows if r.kernel == BASELINE}
     for r in rows:
-        head = f"| {r.shape} | {r.world} | {r.tokens:,} | {r.kernel} |"
+        head = f"| {r.shape} | {r.world} | {r.tokens:,} | {label(r.kernel)} |"
         if r.microseconds is None:
             lines.append(f"{head} - | - | - | - | {r.note} |")
             continue
@@ -196,6 +220,20 @@ def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
         speed = f"{base[(r.shape, r.world)] / r.microseconds:.2f}×" if base.get((r.shape, r.world)) else "-"
         lines.append(f"{head} {r.microseconds:.2f} | {r.tokens / r.microseconds * 1e6:.3g} | {r.gbps:.0f} | "
                      f"{share} | {speed} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_untimed(rows: list[Row], meta: dict[str, Any]) -> str:
+    """The interpreter's table: which kernels gave the right output, and wall times
+    labelled as what they are. No rates, no speed-ups."""
+    lines = [f"WARNING: {INTERPRETER_WARNING}", "",
+             f"Device: {meta['device']}; numpy {meta['numpy']}; {meta['date']}; K = B = {meta['K']}.", "",
+             "| shape | W | tokens | kernel | output | interpreter wall time (not a timing) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        wall = f"{r.microseconds / 1e3:.1f} ms" if r.microseconds is not None else "-"
+        lines.append(f"| {r.shape} | {r.world} | {r.tokens:,} | {label(r.kernel)} | "
+                     f"{'matches the reference' if r.ok else 'WRONG'} | {wall} |")
     return "\n".join(lines) + "\n"
 
 
@@ -212,7 +250,7 @@ def plot(rows: list[Row], copy_gbps: float | None, path: Path, meta: dict[str, A
         points = sorted((r.tokens, r.microseconds) for r in rows if r.kernel == kernel and r.world == world
                         and r.microseconds)
         if points:
-            ax.plot(*zip(*points), marker="o", label=f"{kernel}, W={world}")
+            ax.plot(*zip(*points), marker="o", label=f"{label(kernel)}, W={world}")
     if copy_gbps:
         tokens = sorted({r.tokens for r in rows})
         floor = [next(r.bytes for r in rows if r.tokens == t) / (copy_gbps * 1e3) for t in tokens]

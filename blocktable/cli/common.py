@@ -23,7 +23,7 @@ class UsageError(Exception):
 def add_kernel_and_device(parser: argparse.ArgumentParser, kernel_default: str | None = "triton") -> None:
     parser.add_argument("--kernel", default=kernel_default, metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
                         help="the slot-mapping kernel under test: triton (ours, default), triton-per-request, "
-                             "reference, or a plug-in (see README, Plug-in API)")
+                             "reference, or a plug-in (see docs/plugins.md)")
     parser.add_argument("--device", default="auto", choices=CHOICES,
                         help="where kernels run: auto (GPU if present), cpu (Triton interpreter), cuda")
 

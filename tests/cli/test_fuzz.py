@@ -125,7 +125,7 @@ def test_a_kernel_that_kills_its_process_leaves_a_replayable_case(cli, tmp_path,
 
 # The crash tests exercise the parent's crash handling with a numpy plug-in, so they
 # pin the CPU device: on a GPU every replay process would first start CUDA (seconds
-# each), and shrinking within its budget would reach less there (README, limitations).
+# each), and shrinking within its budget would reach less there (docs/design.md, Known limitations).
 ON_THE_CPU = ("--device", "cpu")
 CRASHES = {
     "segfault": (SEGFAULT, "was killed by signal SIGSEGV"),

@@ -1,7 +1,7 @@
 """The mutation gate in CI: every catalogued mutant still applies to the code
 (a mutant whose snippet vanished would silently test nothing), and the kernel
 mutants, the fast subset, are all killed. The whole catalogue runs nightly
-(`blocktable mutants`, ci/nightly.yml)."""
+(`blocktable mutants`, .github/workflows/nightly.yml)."""
 
 import pytest
 

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The nightly job (.github/workflows/nightly.yml) on one runner: the whole mutation
+# catalogue, then a 90-minute lockstep fuzzing run with the nightly profile; on the
+# GPU runner also 10 minutes of stateless fuzzing. Every part runs even when one
+# before it failed; the script fails if any did.
+#
+#   bash ci/nightly.sh cpu|gpu [SEED]      results in nightly-<runner>/
+set -uo pipefail
+cd "$(dirname "$0")/.."
+runner=${1:?usage: ci/nightly.sh cpu|gpu [SEED]}
+seed=${2:-0}
+case "$runner" in cpu|gpu) ;; *) echo "ci/nightly.sh: runner must be cpu or gpu, got $runner" >&2; exit 2 ;; esac
+. ci/env.sh
+ci_setup "$runner" || exit 1
+out="nightly-$runner"
+mkdir -p "$out"
+status=0
+blocktable mutants --budget 120 --json > "$out/mutants.json" || status=1
+blocktable fuzz --profile nightly --minutes 90 --seed "$seed" --out "$out/cases" || status=1
+if [ "$runner" = gpu ]; then
+  blocktable fuzz --stateless --minutes 10 --seed "$seed" --out "$out/cases" || status=1
+fi
+exit $status
