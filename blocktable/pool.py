@@ -1,9 +1,18 @@
-"""The ref-counted block pool (docs/contract.md §6), sized for real pools.
+"""The ref-counted block pool (docs/contract.md §6), sized for real pools, with §8's
+prefix cache when asked for.
 
 Ref counts sit in one int32 array, and the free queue is a ring buffer over an
 array as long as the usable blocks: `allocate(n)` takes n ids from the head and
 `free` appends to the tail, each O(1) per block, with no list scans. A block can be
 queued at most once (it joins only when its ref reaches 0), so the ring never overflows.
+
+With prefix_caching=True a cache hit takes a block out of the middle of the queue,
+which a ring cannot do in O(1); the queue is then a doubly-linked list over two
+arrays of neighbour ids (vLLM's FreeKVCacheBlockQueue), with head and tail sentinels
+after the last block. The cache map is a dict from block hash to (group, prefix
+length, insertion-ordered dict of blocks), and each block's hash is kept per block,
+so eviction on allocate is O(1) too. With prefix caching off the ring stays: it
+moves ids in numpy slices, which the linked list cannot.
 """
 
 from __future__ import annotations
@@ -14,16 +23,32 @@ import numpy as np
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, null_block: bool = True) -> None:
+    def __init__(self, num_blocks: int, null_block: bool = True, prefix_caching: bool = False) -> None:
         first = 1 if null_block else 0
         if not isinstance(num_blocks, int) or num_blocks < first + 1:
             raise ValueError(f"num_blocks must be an int >= {first + 1}, got {num_blocks!r}")
         self.num_blocks = num_blocks
         self.null_block = null_block
+        self.prefix_caching = prefix_caching
         self.ref = np.zeros(num_blocks, dtype=np.int32)
         self._ring = np.arange(first, num_blocks, dtype=np.int64)
         self._head = 0
         self._size = len(self._ring)
+        self._next: list[int] | None = None  # the linked queue: prefix caching only
+        self._cached: dict[bytes, tuple[int, int, dict[int, None]]] = {}
+        if prefix_caching:
+            self._link(first)
+
+    def _link(self, first: int) -> None:
+        """The linked free queue, every usable block in id order, and an empty cache map."""
+        n = self.num_blocks
+        self._HEAD, self._TAIL = n, n + 1
+        order = [self._HEAD, *range(first, n), self._TAIL]
+        self._next = [0] * (n + 2)
+        self._prev = [0] * (n + 2)
+        for a, b in zip(order, order[1:]):
+            self._next[a], self._prev[b] = b, a
+        self._hash_of: list[bytes | None] = [None] * n
 
     @property
     def num_usable(self) -> int:
@@ -35,6 +60,12 @@ class BlockPool:
 
     def free_queue(self) -> list[int]:
         """The queue, head first (a copy, for reports and comparisons)."""
+        if self._next is not None:
+            out, b = [], self._next[self._HEAD]
+            while b != self._TAIL:
+                out.append(b)
+                b = self._next[b]
+            return out
         end = self._head + self._size
         if end <= len(self._ring):
             return self._ring[self._head:end].tolist()
@@ -62,6 +93,8 @@ class BlockPool:
             raise ValueError(f"allocate needs a count >= 0, got {n!r}")
         if n > self._size:
             raise ValueError(f"cannot allocate {n} blocks: only {self._size} are free")
+        if self._next is not None:
+            return self._pop(n)
         at = (self._head + np.arange(n)) % len(self._ring)
         ids = self._ring[at]
         self._head = (self._head + n) % len(self._ring)
@@ -78,6 +111,9 @@ class BlockPool:
             raise ValueError(f"free: double free of block {int(blocks[np.argmax(zero)])} (its ref is already 0)")
         self.ref[blocks] -= 1
         released = blocks[self.ref[blocks] == 0]
+        if self._next is not None:
+            self._push(released.tolist())
+            return
         at = (self._head + self._size + np.arange(released.size)) % len(self._ring)
         self._ring[at] = released
         self._size += released.size
@@ -97,4 +133,104 @@ class BlockPool:
         self.ref[block] -= 1
 
     def state_snapshot(self) -> dict[str, object]:
-        return {"ref": self.ref.copy(), "queue": self.free_queue()}
+        state: dict[str, object] = {"ref": self.ref.copy(), "queue": self.free_queue()}
+        if self._next is not None:
+            state["cache"] = self.cache_listing()
+            state["hashes"] = list(self._hash_of)
+        return state
+
+    # -- prefix caching (docs/contract.md §8) -------------------------------------------------
+
+    def _pop(self, n: int) -> list[int]:
+        """n blocks off the head of the linked queue; a cached one loses its key first."""
+        nxt, hash_of = self._next, self._hash_of
+        ids = []
+        b = nxt[self._HEAD]
+        for _ in range(n):
+            ids.append(b)
+            if hash_of[b] is not None:
+                self._evict(b)
+            b = nxt[b]
+        nxt[self._HEAD], self._prev[b] = b, self._HEAD
+        self._size -= n
+        self.ref[ids] = 1
+        return ids
+
+    def _push(self, ids: list[int]) -> None:
+        nxt, prv, tail = self._next, self._prev, self._TAIL
+        for b in ids:
+            last = prv[tail]
+            nxt[last], prv[b], nxt[b], prv[tail] = b, last, tail, b
+        self._size += len(ids)
+
+    def _unlink(self, b: int) -> None:
+        before, after = self._prev[b], self._next[b]
+        self._next[before], self._prev[after] = after, before
+        self._size -= 1
+
+    def _evict(self, b: int) -> None:
+        h = self._hash_of[b]
+        blocks = self._cached[h][2]
+        del blocks[b]
+        if not blocks:
+            del self._cached[h]
+        self._hash_of[b] = None
+
+    def _need_caching(self, what: str) -> None:
+        if self._next is None:
+            raise ValueError(f"{what}: prefix caching is off")
+
+    def is_cached(self, block: int) -> bool:
+        return self._next is not None and self._hash_of[block] is not None
+
+    def first_cached(self, h: bytes) -> int | None:
+        """The block a hit on hash h takes: the first one inserted and still there."""
+        entry = self._cached.get(h)
+        return None if entry is None else next(iter(entry[2]))
+
+    def cache_block(self, h: bytes, block: int, group: int, length: int) -> None:
+        """Insert a block that just became full under the hash of its key (group,
+        tokens[0:length]). It is in use and not cached yet."""
+        self._need_caching("cache_block")
+        if not 0 <= block < self.num_blocks:
+            raise ValueError(f"cache_block: block {block} is out of range [0, {self.num_blocks})")
+        if self.null_block and block == 0:
+            raise ValueError("cache_block: block 0 is the null block")
+        if self.ref[block] == 0:
+            raise ValueError(f"cache_block: block {block} is free (ref 0): only a block in use is filled")
+        if self._hash_of[block] is not None:
+            raise ValueError(f"cache_block: block {block} is cached already, under another prefix or this one")
+        entry = self._cached.get(h)
+        if entry is None:
+            entry = self._cached[h] = (group, length, {})
+        entry[2][block] = None
+        self._hash_of[block] = h
+
+    def touch(self, ids: Sequence[int]) -> None:
+        """A lookup's hits, taken by one more table: each block at ref 0 leaves the
+        queue from wherever it stands, then each ref rises by one."""
+        self._need_caching("touch")
+        blocks = self._ids(ids, "touch")
+        for b in blocks.tolist():
+            if self._hash_of[b] is None:
+                raise ValueError(f"touch: block {b} is not cached; only a lookup's hits are touched")
+        for b in blocks[self.ref[blocks] == 0].tolist():
+            self._unlink(b)
+        self.ref[blocks] += 1
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every key and return True when every non-null block is at ref 0 (then
+        all of them are queued); else return False and change nothing."""
+        if self._size != self.num_usable:
+            return False
+        if self._next is not None:
+            self._cached.clear()
+            self._hash_of = [None] * self.num_blocks
+        return True
+
+    def cache_listing(self) -> list[tuple[int, int, list[int]]]:
+        """(group, prefix length in tokens, blocks) per key, keys and blocks in insertion
+        order: the cache map without the hashes, comparable with the reference's."""
+        if self._next is None:
+            return []
+        return [(group, length, list(blocks)) for group, length, blocks in self._cached.values()]

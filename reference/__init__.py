@@ -20,6 +20,7 @@ from blocktable.reference.pool import BlockPool, InvariantError
 from blocktable.reference.sequence import SequenceBlocks
 from blocktable.reference.history import History
 from blocktable.reference.oracle import PagedCache
+from blocktable.reference.prefix import add_request, blocks_to_add, find_prefix, resume_request
 
 __all__ = [
     "NULL_BLOCK_ID",
@@ -32,9 +33,13 @@ __all__ = [
     "MultiGroupBlockTable",
     "PagedCache",
     "SequenceBlocks",
+    "add_request",
+    "blocks_to_add",
     "cdiv",
+    "find_prefix",
     "map_to_kernel_blocks",
     "owner_rank",
+    "resume_request",
     "row_width",
     "slot_mapping",
     "slot_mappings_all_ranks",

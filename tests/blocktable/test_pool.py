@@ -55,3 +55,75 @@ def test_bad_pool_calls_are_rejected_and_change_nothing(rejects):
     rejects(pool, ValueError, "share: block 4 is free", pool.share, [4])
     rejects(pool, ValueError, "unshare: block 1 has ref 1", pool.unshare, 1)
     rejects(pool, ValueError, "allocate needs a count >= 0", pool.allocate, -2)
+
+
+# -- prefix caching: the linked free queue and the cache map ------------------------------------
+
+
+def both_cached(null_block=True):
+    return ReferencePool(16, null_block, prefix_caching=True), BlockPool(16, null_block, prefix_caching=True)
+
+
+def same_cache(what, ref, impl):
+    assert_pool_equal(what, ref, impl)
+    assert ref.cache_listing() == impl.cache_listing(), what
+    assert ref.num_free == impl.num_free, what
+
+
+@pytest.mark.parametrize("null_block", [True, False])
+def test_scripted_caching_pool_matches_the_reference(null_block):
+    """The §6 script again, with every block that is handed out cached under a key of its
+    own and, every third step, the oldest cached free block touched back into use."""
+    ref, impl = both_cached(null_block)
+    held: list[list[int]] = []
+    script = [("allocate", 3), ("allocate", 2), ("share", 0), ("free", 1), ("allocate", 4),
+              ("free", 0), ("free", 0), ("allocate", 1), ("free", 1), ("free", 0), ("allocate", 5),
+              ("free", 0), ("allocate", 2), ("allocate", 1), ("free", 0), ("free", 0)]
+    keys = iter(range(10**6))
+    for step, (op, arg) in enumerate(script):
+        if op == "allocate":
+            ids = ref.allocate(arg)
+            assert impl.allocate(arg) == ids, f"step {step}"
+            for b in ids:
+                k = next(keys)
+                ref.cache_block((0, (k,)), b)
+                impl.cache_block(k.to_bytes(16, "little"), b, 0, 1)
+            held.append(ids)
+        elif op == "share":
+            ref.share(held[arg])
+            impl.share(held[arg])
+            held.append(list(held[arg]))
+        else:
+            ids = held.pop(arg)[::-1]
+            ref.free(ids)
+            impl.free(ids)
+        b = next((b for b in ref.free_queue if ref.is_cached(b)), None)
+        if step % 3 == 2 and b is not None:
+            ref.touch([b])
+            impl.touch([b])
+            held.append([b])
+        same_cache(f"step {step} {op}", ref, impl)
+        ref.check_invariants(held)
+    for ids in held[::-1]:
+        ref.free(ids[::-1])
+        impl.free(ids[::-1])
+    assert ref.reset_prefix_cache() is impl.reset_prefix_cache() is True
+    same_cache("after the reset", ref, impl)
+
+
+def test_bad_caching_pool_calls_are_rejected_and_change_nothing(rejects):
+    pool = BlockPool(6, prefix_caching=True)
+    pool.allocate(2)
+    pool.cache_block(bytes(16), 1, 0, 4)
+    pool.free([2, 1])  # queue: 3, 4, 5, 2, 1
+    rejects(pool, ValueError, "touch: block 2 is not cached", pool.touch, [2])
+    rejects(pool, ValueError, "touch: block 1 is listed twice in one call", pool.touch, [1, 1])
+    rejects(pool, ValueError, "touch: block 0 is the null block", pool.touch, [0])
+    rejects(pool, ValueError, "touch: block 6 is out of range", pool.touch, [6])
+    rejects(pool, ValueError, "cache_block: block 2 is free \\(ref 0\\)", pool.cache_block, bytes(16), 2, 0, 4)
+    rejects(pool, ValueError, "cache_block: block 0 is the null block", pool.cache_block, bytes(16), 0, 0, 4)
+    rejects(pool, ValueError, "cannot allocate 6 blocks: only 5 are free", pool.allocate, 6)
+    rejects(pool, ValueError, "free: double free of block 1", pool.free, [1])
+    pool.allocate(1)
+    assert pool.reset_prefix_cache() is False
+    assert pool.cache_listing() == [(0, 4, [1])]

@@ -62,3 +62,27 @@ def test_bad_sequence_calls_are_rejected_and_change_nothing(rejects):
     rejects(state, ValueError, "fork: sequence 2 is not live", s.fork, 2, 3)
     s.preempt(1)
     rejects(state, ValueError, "append: sequence 1 is preempted", s.append, 1, 1)
+
+
+@pytest.mark.parametrize("tokens_per_block", [1, 4, 16])
+def test_scripted_sequences_with_prefix_caching_match_the_reference(tokens_per_block):
+    """The same script with token ids (a small alphabet, so that sequences share
+    prefixes): rows, ids, copies, the queue and the cache map must agree."""
+    ref = ReferenceSequences(ReferencePool(40, prefix_caching=True), tokens_per_block, group=2)
+    impl = SequenceBlocks(BlockPool(40, prefix_caching=True), tokens_per_block, group=2)
+    for step, (op, *args) in enumerate(SCRIPT):
+        if op in ("add", "append"):
+            seq, n = args
+            args = [seq, n, [(seq * 7 + i) % 3 for i in range(ref.num_tokens.get(seq, 0), ref.num_tokens.get(seq, 0) + n)]]
+        r, i = run((ref, impl), op, *args)
+        if op == "append":
+            assert (r.cow, r.new) == (i.cow, i.new), f"step {step}"
+        else:
+            assert r == i, f"step {step}"
+        assert ref.blocks == impl.blocks and ref.num_tokens == impl.num_tokens and ref.tokens == impl.tokens
+        assert ref.take_cow_pairs() == impl.take_cow_pairs()
+        assert_pool_equal(f"step {step} {op}{args}", ref.pool, impl.pool)
+        assert ref.pool.cache_listing() == impl.pool.cache_listing(), f"step {step}"
+        ref.check_invariants()
+    assert impl.pool.num_free == 39
+    assert ref.pool.cache_listing() and ref.pool.reset_prefix_cache() is impl.pool.reset_prefix_cache() is True

@@ -136,3 +136,55 @@ def test_a_table_entry_outside_the_pool_is_named(bad):
     with pytest.raises(InvariantError, match=f"a live table holds block {bad}, outside the pool") as info:
         pool.check_invariants([[1, 2], [], [bad]])
     assert info.value.invariant == "id-range" and info.value.block == bad
+
+
+# -- docs/contract.md §8: the cache map on the pool ----------------------------------------------
+
+KEY_A = (0, (1, 2, 3, 4))  # a key as the reference spells it: (group, whole token prefix)
+KEY_B = (0, (1, 2, 3, 4, 5, 6, 7, 8))
+
+
+def caching_pool():
+    """Blocks 1..5; 1 and 2 in use and cached under KEY_A and KEY_B."""
+    pool = BlockPool(6, prefix_caching=True)
+    pool.allocate(2)
+    pool.cache_block(KEY_A, 1)
+    pool.cache_block(KEY_B, 2)
+    return pool
+
+
+def test_cached_blocks_are_found_by_key_and_by_block():
+    pool = caching_pool()
+    assert pool.first_cached(KEY_A) == 1 and pool.first_cached((1, KEY_A[1])) is None  # the group is in the key
+    assert pool.block_key(2) == KEY_B and pool.block_key(3) is None
+    assert pool.is_cached(1) and not pool.is_cached(3)
+    assert pool.cache_listing() == [(0, 4, [1]), (0, 8, [2])]
+
+
+def test_touch_takes_a_free_block_from_the_middle_and_raises_every_ref():
+    pool = caching_pool()
+    pool.free([2, 1])  # queue: 3, 4, 5, 2, 1
+    pool.allocate(1)  # 3
+    pool.share([3])
+    pool.cache_block((0, (9, 9, 9, 9)), 3)  # 3 in use (ref 2) and cached
+    pool.touch([2, 3])  # 2 leaves the queue from between 5 and 1; 3 only gains a ref
+    assert pool.free_queue == [4, 5, 1]
+    assert pool.ref[1:4].tolist() == [0, 1, 3]
+    assert pool.cache_listing() == [(0, 4, [1]), (0, 8, [2]), (0, 4, [3])]
+
+
+def test_allocate_evicts_a_cached_block_before_handing_it_out():
+    pool = caching_pool()
+    pool.allocate(3)  # 3, 4, 5: nothing cached
+    pool.free([2, 1])  # queue: 2, 1
+    assert pool.allocate(1) == [2]
+    assert pool.cache_listing() == [(0, 4, [1])] and pool.block_key(2) is None
+    assert pool.ref[2] == 1
+
+
+def test_reset_prefix_cache_needs_every_block_free():
+    pool = caching_pool()
+    assert pool.reset_prefix_cache() is False and len(pool.cached) == 2
+    pool.free([2, 1])
+    assert pool.reset_prefix_cache() is True and pool.cached == {}
+    assert pool.free_queue == [3, 4, 5, 2, 1]

@@ -125,3 +125,47 @@ def test_without_a_null_block_block_zero_is_handed_out():
     assert s.add(1, 8) == [0, 1]
     s.free(1)
     assert s.pool.free_queue == [2, 3, 1, 0]
+
+
+# -- docs/contract.md §8: token ids and full blocks --------------------------------------------
+
+
+def caching_seqs(num_blocks=10):
+    return SequenceBlocks(BlockPool(num_blocks, prefix_caching=True), tokens_per_block=4, group=1)
+
+
+def test_every_block_that_fills_is_cached_in_logical_order():
+    s = caching_seqs()
+    s.add(1, 3, [0, 1, 2])  # [1], partial: nothing cached
+    assert s.pool.cached == {}
+    s.append(1, 10, list(range(3, 13)))  # 13 tokens: blocks 1, 2, 3 full; 4 partial
+    assert s.blocks[1] == [1, 2, 3, 4] and s.tokens[1] == list(range(13))
+    assert s.pool.cache_listing() == [(1, 4, [1]), (1, 8, [2]), (1, 12, [3])]
+    assert s.pool.block_key(3) == (1, tuple(range(12)))
+    s.append(1, 0, [])  # no slots, nothing changes
+    assert s.pool.cache_listing() == [(1, 4, [1]), (1, 8, [2]), (1, 12, [3])]
+    s.check_invariants()
+
+
+def test_tokens_follow_fork_preempt_and_free():
+    s = caching_seqs()
+    s.add(1, 5, [5, 6, 7, 8, 9])
+    s.fork(1, 2)
+    s.append(2, 1, [4])  # copy-on-write: the child's tokens grow, the parent's do not
+    assert s.tokens == {1: [5, 6, 7, 8, 9], 2: [5, 6, 7, 8, 9, 4]}
+    s.preempt(1)
+    assert s.tokens[1] == [5, 6, 7, 8, 9]  # kept for the resume
+    s.free(1)
+    s.free(2)
+    assert s.tokens == {}
+    s.check_invariants()
+
+
+def test_add_with_computed_tokens_starts_the_row_with_the_hits():
+    s = caching_seqs()
+    s.add(1, 9, list(range(9)))  # 1, 2, 3; 1 and 2 cached
+    s.free(1)  # queue: 4 .. 9, 3, 2, 1
+    assert s.add(2, 10, list(range(8)) + [0, 0], computed=8) == [1, 2, 4]
+    assert s.pool.free_queue == [5, 6, 7, 8, 9, 3]
+    assert s.pool.ref[1:5].tolist() == [1, 1, 0, 1]
+    s.check_invariants()
