@@ -139,9 +139,9 @@ def _id_offsets(top: int) -> st.SearchStrategy[int]:
 
 
 def row_tokens(group: GroupConfig, cp_world_size: int) -> int:
-    """The tokens a row of `group` covers at its shortest: docs/contract.md §2 rounds a row up to
-    whole 128-token multiples of K (384 tokens for K = 3 * 2**k), times W when the
-    group is sharded. A max_model_len of exactly that lets a request fill its row to
+    """The tokens a row of `group` covers at its shortest: docs/contract.md §2 rounds a
+    row up to a multiple of 128 // K blocks (128 tokens when K divides 128), times W
+    when the group is sharded. A max_model_len of exactly that lets a request fill its row to
     the last entry, which no other max_model_len reaches for every K and W."""
     layout = GroupLayout(group.kv_block_size, group.kernel_block_size, group.sharded, cp_world_size)
     return layout.row_width(1) // layout.kernel_blocks_per_block * layout.tokens_per_block

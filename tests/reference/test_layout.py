@@ -12,28 +12,42 @@ def test_map_to_kernel_blocks_spec_example():
     assert map_to_kernel_blocks([], 4) == []
 
 
+@pytest.mark.parametrize("K, align", [
+    # docs/contract.md §2's examples of vLLM's rule: align = 128 // K for K <= 128, else 1.
+    (16, 8), (48, 2), (96, 1), (256, 1),
+    (1, 128), (12, 10), (64, 2), (128, 1),
+])
+def test_row_width_aligns_the_block_count_by_vllms_rule(K, align):
+    # One token needs one block, rounded up to `align` blocks (P = 1, W = 1).
+    assert row_width(1, K, K, 1) == align
+    # align + 1 blocks' worth of tokens needs two alignments' worth of blocks.
+    assert row_width(align * K + 1, K, K, 1) == 2 * align
+
+
 @pytest.mark.parametrize("max_model_len, K, B, W, expected", [
-    # K=96: align = 128 // gcd(128, 96) = 128 // 32 = 4 blocks (docs/contract.md §2's example).
-    # 1000 tokens: cdiv(1000, 96) = 11 blocks -> rounded up to 12 -> 12 * P(=1).
-    (1000, 96, 96, 1, 12),
-    # K=96, B=32 (P=3): 12 allocation blocks -> 36 kernel blocks.
-    (1000, 96, 32, 1, 36),
+    # K=96: align = 1 (96 does not divide 128). 1000 tokens: cdiv(1000, 96) = 11 blocks.
+    (1000, 96, 96, 1, 11),
+    # K=96, B=32 (P=3): 11 allocation blocks -> 33 kernel blocks.
+    (1000, 96, 32, 1, 33),
+    # K=48: align = 128 // 48 = 2. cdiv(1000, 48) = 21 -> 22.
+    (1000, 48, 48, 1, 22),
     # K=16: align 8. 1030 tokens: cdiv(1030, 16) = 65 -> 72.
     (1030, 16, 16, 1, 72),
     # K=16, W=4: cdiv(1030, 64) = 17 -> 24.
     (1030, 16, 16, 4, 24),
-    # K=256: align = 128 // 128 = 1. cdiv(1000, 256) = 4.
+    # K=256: align 1. cdiv(1000, 256) = 4 -> 4 allocation blocks, P=4 -> 16.
     (1000, 256, 64, 1, 16),
     # exactly a multiple: 128 tokens, K=16 -> 8 blocks, align 8 -> 8.
     (128, 16, 16, 1, 8),
     # K=1: align 128; 1 token -> 1 block -> 128.
     (1, 1, 1, 1, 128),
 ])
-def test_row_width_covers_a_multiple_of_128_tokens(max_model_len, K, B, W, expected):
+def test_row_width_by_hand(max_model_len, K, B, W, expected):
     width = row_width(max_model_len, K, B, W)
     assert width == expected
-    tokens = width // (K // B) * K
-    assert tokens % 128 == 0 and tokens * W >= max_model_len
+    assert width // (K // B) * K * W >= max_model_len  # the row holds every token
+    if 128 % K == 0:  # where K divides 128, a row covers a multiple of 128 tokens
+        assert (width // (K // B) * K) % 128 == 0
 
 
 def test_replicated_group_uses_world_one():
