@@ -41,6 +41,12 @@ def token_array(tokens: Sequence[int], count: int | None, what: str) -> np.ndarr
     return array.astype(np.int64, copy=False)
 
 
+def block_hash(parent: bytes, salt: bytes, block: bytes) -> bytes:
+    """One full block's key: its parent block's hash, its group (`salt`) and its own
+    tokens (int64, native bytes); a hash chain makes it stand for the whole prefix."""
+    return hashlib.blake2b(parent + salt + block, digest_size=16).digest()
+
+
 def chain_hashes(parent: bytes, data: bytes, tokens_per_block: int, group: int) -> list[bytes]:
     """The hashes of the full blocks in `data` (int64 token ids, native bytes), the first
     chained to `parent`."""
@@ -48,7 +54,7 @@ def chain_hashes(parent: bytes, data: bytes, tokens_per_block: int, group: int) 
     salt = group.to_bytes(8, "little")
     out = []
     for at in range(0, len(data) - step + 1, step):
-        parent = hashlib.blake2b(parent + salt + data[at:at + step], digest_size=16).digest()
+        parent = block_hash(parent, salt, data[at:at + step])
         out.append(parent)
     return out
 
@@ -73,7 +79,7 @@ def _lookup(groups: Sequence[SequenceBlocks], tokens: np.ndarray) -> int:
         S, salt = seqs.tokens_per_block, seqs.group.to_bytes(8, "little")
         h, j = ROOT, 0
         while (j + 1) * S <= L:
-            h = hashlib.blake2b(h + salt + data[8 * j * S:8 * (j + 1) * S], digest_size=16).digest()
+            h = block_hash(h, salt, data[8 * j * S:8 * (j + 1) * S])
             if pool.first_cached(h) is None:
                 break
             j += 1

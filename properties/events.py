@@ -21,6 +21,15 @@ CUDA_GRAPH_PADDING = "cuda-graph padding"
 IDS_NEAR_INT32_MAX = "ids offset toward 2**31-1"
 STALE_ROW = "finished row left stale"
 ROW_FILLED = "row filled to its width"
+# Prefix caching (docs/contract.md §8).
+HIT_FREED = "prefix hit of a freed block"  # ref 0: it leaves the free queue from where it stands
+HIT_IN_USE = "prefix hit of a block in use"
+EVICTED = "cached block evicted"
+KEY_TWO_BLOCKS = "one key with two blocks"
+HIT_CAPPED_BY_LENGTH = "prefix hit limited by len - 1"
+HIT_CAPPED_BY_GROUP = "prefix hit limited by another group"
+RESET_REFUSED = "prefix cache reset refused"
+RESET_DONE = "prefix cache reset"
 
 
 def rejected(kind: str) -> str:
@@ -31,4 +40,5 @@ def rejected(kind: str) -> str:
 LABELS: tuple[str, ...] = (
     FORK_DEPTH_2, COPY_ON_WRITE, REF_3, ROW_REUSED_SHORTER, SELF_MOVE, SELF_SWAP, TILE_CROSSING, NON_LOCAL_DCP,
     POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW,
-    *(rejected(kind) for kind in KINDS), ROW_FILLED)
+    *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
+    HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE)

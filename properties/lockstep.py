@@ -1,25 +1,17 @@
 """The paired checking object: the reference and the implementation side by side,
-every step applied to both and everything compared after it (docs/contract.md §3-§7).
+every step applied to both and everything compared after it (docs/contract.md §3-§8).
 
 A step is a plain dict ({"op": "step", "query": [...], "pad": 1}), so a run is a
 list of steps: Hypothesis generates them (properties/machine.py), case files store
 them, `blocktable replay` re-applies them. Each step is announced to `on_step`
 before it runs (the crash journal), and after it the whole state is compared:
-
-- every group's table: host rows, counts, committed device rows (whole buffers);
-- the pool: ref counts and the free queue in order; every sequence's block list;
-- docs/contract.md §6's invariants on the reference;
-- on `step`: the kernel under test against the reference slot mapping on every
-  group and every DCP rank (whole [Tmax] outputs), copy-on-write pairs, and the
-  data-level oracle: every live sequence read back through the device table and
-  the paged caches equals its history, each token held by exactly one rank
-  (properties/device_step.py, the step's device side).
-
-This module holds the operations and the harness's bookkeeping; the refused calls
-are catalogued in properties/rejections.py and the coverage labels in
-properties/events.py.
+every group's table (host rows, counts, committed device rows, whole buffers); the
+pool's ref counts and free queue in order, every sequence's blocks, the cache map
+(properties/prefix_ops.py); the invariants on the reference; and on `step`, the
+kernel's slot mappings, copy-on-write pairs and the data read back
+(properties/device_step.py). Refused calls: properties/rejections.py; coverage
+labels: properties/events.py.
 """
-
 from __future__ import annotations
 
 import time
@@ -37,6 +29,8 @@ from blocktable.plugin import SlotMappingFn
 from blocktable.pool import BlockPool
 from blocktable.properties import device_step, events, fault
 from blocktable.properties.compare import Discrepancy, assert_pool_equal, assert_table_equal
+from blocktable.properties.prefix_ops import PrefixCachingOps
+from blocktable.properties.prompts import Prompts
 from blocktable.properties.rejections import REJECTIONS
 from blocktable.properties.world import WorldConfig
 from blocktable.reference import (BlockPool as ReferencePool, History, MultiGroupBlockTable as ReferenceGroups,
@@ -56,10 +50,10 @@ class Request:
     preempted: bool = False
 
 
-class Lockstep:
+class Lockstep(PrefixCachingOps):
     """One run: build both sides from `world`, then `apply` steps."""
 
-    OPS = ("add", "step", "fork", "finish", "preempt", "resume", "move", "swap", "condense", "reject")
+    OPS = ("add", "step", "fork", "finish", "preempt", "resume", "move", "swap", "condense", "reject", "reset")
 
     def __init__(self, world: WorldConfig, kernel: SlotMappingFn, backend: Backend,
                  on_step: Callable[[dict[str, Any]], None] | None = None,
@@ -77,13 +71,16 @@ class Lockstep:
         self.failed_at: float | None = None  # when a step first failed (time.monotonic)
 
         # The reference side.
-        self.ref_pool = ReferencePool(world.num_blocks, world.null_block)
-        self.ref_seqs = [ReferenceSequences(self.ref_pool, lay.tokens_per_block) for lay in self.layouts]
+        caching = world.prefix_caching
+        self.ref_pool = ReferencePool(world.num_blocks, world.null_block, prefix_caching=caching)
+        self.ref_seqs = [ReferenceSequences(self.ref_pool, lay.tokens_per_block, group=g)
+                         for g, lay in enumerate(self.layouts)]
         self.ref_tables = ReferenceGroups(world.max_num_reqs, world.max_model_len, self.layouts)
         self.history = History()
+        self.prompts = Prompts() if caching else None  # token ids, in prefix-caching worlds only
         # The implementation side.
-        self.pool = BlockPool(world.num_blocks, world.null_block)
-        self.seqs = [SequenceBlocks(self.pool, lay.tokens_per_block) for lay in self.layouts]
+        self.pool = BlockPool(world.num_blocks, world.null_block, prefix_caching=caching)
+        self.seqs = [SequenceBlocks(self.pool, lay.tokens_per_block, group=g) for g, lay in enumerate(self.layouts)]
         self.tables = MultiGroupBlockTable([
             BlockTable(world.max_num_reqs, world.max_model_len, kv_block_size=g.kv_block_size,
                        kernel_block_size=g.kernel_block_size, sharded=g.sharded, cp_world_size=world.cp_world_size,
@@ -178,15 +175,20 @@ class Lockstep:
                 raise Discrepancy(f"group {g} sequence blocks", f"expected {ref.blocks}, got {impl.blocks}")
             if ref.num_tokens != impl.num_tokens:
                 raise Discrepancy(f"group {g} sequence lengths", f"expected {ref.num_tokens}, got {impl.num_tokens}")
-        # docs/contract.md §6's invariants are a function of the ref counts, the free queue and the
-        # live tables alone: checked again whenever any of them changed (a swap, a
-        # move or a refused call changes none of them, and neither does a decode
-        # step inside a block).
-        state = (self.ref_pool.ref.tobytes(), self.ref_pool.free_queue, [s.blocks for s in self.ref_seqs])
+        listing = self._check_prefix_cache() if self.prompts is not None else None
+        # The invariants (docs/contract.md §6, §8) are a function of the ref counts, the
+        # free queue, the live tables and the cache map alone: checked again whenever
+        # any of them changed (a swap, a move or a refused call changes none of them,
+        # and neither does a decode step inside a block).
+        state = (self.ref_pool.ref.tobytes(), self.ref_pool.free_queue, [s.blocks for s in self.ref_seqs], listing)
         if state != self._invariants_held:  # compared in place; copied only when it changed
             self.ref_pool.check_invariants([table for s in self.ref_seqs for table in s.live_tables()])
+            if listing is not None:
+                for s in self.ref_seqs:
+                    s.check_cache_keys()
             self._invariants_held = (state[0], list(state[1]),
-                                     [{rid: list(blocks) for rid, blocks in s.blocks.items()} for s in self.ref_seqs])
+                                     [{rid: list(blocks) for rid, blocks in s.blocks.items()} for s in self.ref_seqs],
+                                     listing)
 
     def _both(self, what: str, ref_call: Callable[[], Any], impl_call: Callable[[], Any]) -> tuple[Any, Any]:
         """Run a call on both sides; they must both succeed or both raise the same type."""
@@ -206,18 +208,25 @@ class Lockstep:
 
     # -- operations ----------------------------------------------------------------------
 
-    def _add(self) -> int:
+    def _add(self, prompt: list[int] | None = None) -> int:
         row = self.free_row()
         if row is None:
             raise ValueError("add: every row is taken")
+        if (prompt is not None) != (self.prompts is not None):
+            raise ValueError("add: a request has a prompt exactly when the world caches prefixes")
+        if prompt is not None:
+            return self._add_prompt(row, list(prompt))
         rid = self.next_request
         self.next_request += 1
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
             r, i = self._both(f"group {g} add", lambda: ref.add(rid, 0), lambda: impl.add(rid, 0))
-        self.requests[rid] = Request(rid)
-        self.history.add(rid)
-        self._place(rid, row, [[] for _ in self.layouts])
+        self._admit(rid, row, [[] for _ in self.layouts])
         return rid
+
+    def _admit(self, rid: int, row: int, rows: list[list[int]], written: int = 0) -> None:
+        self.requests[rid] = Request(rid, written=written)
+        self.history.add(rid)
+        self._place(rid, row, rows)
 
     def _fork(self, parent: int) -> int:
         row = self.free_row()
@@ -234,6 +243,8 @@ class Lockstep:
             blocks.append(r)
         self.requests[child] = Request(child, written=req.written, depth=req.depth + 1)
         self.history.fork(parent, child)
+        if self.prompts is not None:
+            self.prompts.fork(parent, child)
         self._place(child, row, blocks)
         if req.depth + 1 >= 2:
             self.event(events.FORK_DEPTH_2)
@@ -246,6 +257,8 @@ class Lockstep:
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
             self._both(f"group {g} free", lambda: ref.free(request), lambda: impl.free(request))
         self.history.drop(request)
+        if self.prompts is not None:
+            self.prompts.drop(request)
         if req.row is not None:
             if clear:
                 self.ref_tables.clear_row(req.row)
@@ -268,6 +281,8 @@ class Lockstep:
         req = self.requests[request]
         if row is None or not req.preempted:
             raise ValueError(f"resume: request {request} must be preempted, and a row free")
+        if self.prompts is not None:
+            return self._resume_prompt(request, row)
         # The groups share one pool: resume only if every group's allocation fits,
         # as a scheduler would (the request stays waiting otherwise).
         need = sum(-(-self.slots(request) // lay.tokens_per_block) for lay in self.layouts)
@@ -361,9 +376,12 @@ class Lockstep:
                 continue
             req = self.requests[self.rows[r]]
             start, stop = req.written, req.written + chunk
+            positions_parts.append(np.arange(start, stop, dtype=np.int64))
+            if self.prompts is not None:  # each value a hash of its whole prefix
+                value_parts.append(self.prompts.values(req.id, start, stop))
+                continue
             again = self.history[req.id][start:stop]  # recompute: the same tokens, the same values
             fresh = chunk - len(again)
-            positions_parts.append(np.arange(start, stop, dtype=np.int64))
             value_parts += [np.array(again, dtype=np.int64),
                             np.arange(self.next_value, self.next_value + fresh, dtype=np.int64)]
             self.next_value += fresh
@@ -405,8 +423,12 @@ class Lockstep:
         if sum(a for a, _ in need) > self.ref_pool.num_free:
             self.event(events.POOL_EXHAUSTED)
             return 0
+        tokens = self.prompts.upto(rid, have + q)[have:] if self.prompts is not None else None
+        if tokens is not None and any(self.ref_pool.is_cached(b) for b in self.ref_pool.free_queue[:sum(a for a, _ in need)]):
+            self.event(events.EVICTED)  # the blocks this growth takes come from the queue's head
         for g, (ref, impl) in enumerate(zip(self.ref_seqs, self.seqs)):
-            r, i = self._both(f"group {g} append", lambda: ref.append(rid, q), lambda: impl.append(rid, q))
+            r, i = self._both(f"group {g} append", lambda: ref.append(rid, q, tokens),
+                              lambda: impl.append(rid, q, tokens))
             if (r.cow, r.new) != (i.cow, i.new):
                 raise Discrepancy(f"group {g} append", f"request {rid} growing by {q}: expected copy {r.cow} and "
                                                        f"new blocks {r.new}, got copy {i.cow} and new blocks {i.new}")

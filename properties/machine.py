@@ -9,6 +9,7 @@ failing example last, so that run's `program` is the shrunk step program.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -21,6 +22,7 @@ from blocktable.device import Backend
 from blocktable.plugin import SlotMappingFn
 from blocktable.properties import strategies
 from blocktable.properties.lockstep import Lockstep
+from blocktable.properties.prompts import noise, prompt_from
 from blocktable.properties.rejections import KINDS as REJECTION_KINDS
 from blocktable.properties.world import WorldConfig
 
@@ -53,12 +55,14 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
             assert self.run is not None
             return self.run.apply(step)
 
-        @initialize(world=world_strategy)
-        def build(self, world: WorldConfig) -> None:
+        @initialize(world=world_strategy, length=strategies.prompt_parts()["length"],
+                    salt=strategies.prompt_parts()["salt"])
+        def build(self, world: WorldConfig, length: int, salt: int) -> None:
             """The world and its first request: Hypothesis switches some rules off for
             a whole program (swarm testing), and a program without add_request would
             otherwise schedule no token at all. One add only, so that a shrunk
-            program keeps the order of its later adds and steps."""
+            program keeps the order of its later adds and steps. `length` and `salt`:
+            its prompt, where the world caches prefixes."""
             recorder.run, recorder.world = None, world
             try:
                 self.run = Lockstep(world, kernel, backend, on_event=hypothesis.event)
@@ -69,12 +73,38 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
             recorder.run = self.run
             if on_run is not None:
                 on_run(self.run)
-            self.apply(op="add")
+            if world.prefix_caching:
+                self.apply(op="add", prompt=prompt_from([], 0, 0, noise(salt, length), world.max_model_len))
+            else:
+                self.apply(op="add")
 
-        @precondition(lambda self: self.run.free_row() is not None)
+        @precondition(lambda self: self.run.free_row() is not None and not self.run.world.prefix_caching)
         @rule()
         def add_request(self) -> None:
             self.apply(op="add")
+
+        @precondition(lambda self: self.run.free_row() is not None and self.run.world.prefix_caching)
+        @rule(**strategies.prompt_parts())
+        def add_prompt(self, source: int, cut: int, whole: bool, length: int, salt: int) -> None:
+            """A request whose prompt extends or branches from an earlier one's tokens
+            (docs/contract.md §8: that is where hits come from)."""
+            run = self.run
+            block = math.lcm(*(lay.tokens_per_block for lay in run.layouts)) if whole else 1
+            self.apply(op="add", prompt=prompt_from(run.prompts.seen, source, cut, noise(salt, length),
+                                                    run.world.max_model_len, block))
+
+        @precondition(lambda self: self.run.world.prefix_caching
+                      and len(self.run.prompts.seen) - self.run.prompts.seen_at_reset >= 2)
+        @rule(drain=st.booleans())
+        def reset_prefix_cache(self, drain: bool) -> None:
+            """reset_prefix_cache, refused while any block is in use; `drain` finishes
+            every request first, so that it can be done. Offered only once two requests
+            came since the last reset: a reset drops every key that later prompts
+            could hit."""
+            if drain:
+                for rid in sorted(self.run.requests):
+                    self.apply(op="finish", request=rid, clear=False)
+            self.apply(op="reset")
 
         @rule(query=strategies.step_queries(), pad=st.integers(0, 3))
         def step(self, query: list[int], pad: int) -> None:

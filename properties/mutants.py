@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    layer: str  # kernel | table | pool | sequence | oracle kernels
+    layer: str  # kernel | table | pool | sequence | prefix | oracle kernels
     path: str
     old: str
     new: str
@@ -33,6 +33,7 @@ WRAPPERS = "blocktable/slot.py"
 TABLE = "blocktable/table.py"
 POOL = "blocktable/pool.py"
 SEQUENCE = "blocktable/sequence.py"
+PREFIX = "blocktable/prefix.py"
 ORACLE = "blocktable/kernels/oracle.py"
 TRITON_ORACLE = {"BLOCKTABLE_ORACLE": "triton"}
 
@@ -138,6 +139,34 @@ CATALOGUE: tuple[Mutant, ...] = (
            "copy-on-write of a full shared block (a needless copy and allocation)"),
     Mutant("S05", "sequence", SEQUENCE, "        self._live(seq, \"preempt\")\n        self._give_back(seq)",
            "        self._live(seq, \"preempt\")\n        self.blocks.pop(seq)", "preempt that drops the blocks without freeing them (a leak)"),
+    # -- prefix caching (docs/contract.md §8) -------------------------------------------------
+    Mutant("X01", "prefix", POOL, "            if hash_of[b] is not None:\n                self._evict(b)\n", "",
+           "eviction that leaves the block under its key: a later hit reads another request's KV (vLLM #4764)"),
+    Mutant("X02", "prefix", PREFIX, "return hashlib.blake2b(parent + salt + block, digest_size=16).digest()",
+           "return hashlib.blake2b(salt + block, digest_size=16).digest()",
+           "a block's key that ignores the prefix before it: equal blocks after different prefixes collide"),
+    Mutant("X03", "prefix", PREFIX, "return hashlib.blake2b(parent + salt + block, digest_size=16).digest()",
+           "return hashlib.blake2b(parent + block, digest_size=16).digest()",
+           "a key that ignores the KV-cache group: one group hits another group's blocks (hybrid models)"),
+    Mutant("X04", "prefix", POOL, "        for b in blocks[self.ref[blocks] == 0].tolist():\n            self._unlink(b)\n", "",
+           "touch that leaves a revived (ref 0) block in the free queue: it is handed out while in use"),
+    Mutant("X05", "prefix", POOL,
+           "            last = prv[tail]\n            nxt[last], prv[b], nxt[b], prv[tail] = b, last, tail, b",
+           "            first = nxt[self._HEAD]\n            nxt[self._HEAD], prv[b], nxt[b], prv[first] = b, self._HEAD, first, b",
+           "free that queues blocks at the head: the freshest cached prefixes are evicted first"),
+    Mutant("X06", "prefix", PREFIX, "    L = tokens.size - 1\n", "    L = tokens.size\n",
+           "a hit that takes the last token too: no token left to compute (the len - 1 rule)"),
+    Mutant("X07", "prefix", PREFIX, "    return L // step * step\n", "    return L\n",
+           "hit length not a multiple of every group's block tokens (hybrid hit lengths, vLLM #33270)"),
+    Mutant("X08", "prefix", POOL, "        if self._size != self.num_usable:\n            return False\n", "",
+           "reset_prefix_cache while blocks are in use: their keys vanish under running requests"),
+    Mutant("X09", "prefix", POOL, "        del blocks[b]\n        if not blocks:\n            del self._cached[h]\n",
+           "        for other in self._cached.pop(h)[2]:\n            self._hash_of[other] = None\n",
+           "eviction that drops every block of the key, not only the one handed out (kvcached #362)"),
+    Mutant("X10", "prefix", POOL, "            self._push(released.tolist())\n            return\n",
+           "            self._push(released.tolist())\n            for b in released.tolist():\n"
+           "                if self._hash_of[b] is not None:\n                    self._evict(b)\n            return\n",
+           "free that drops the keys: a finished request's prefix is never hit again"),
     # -- the data oracle's kernels ---------------------------------------------------------
     Mutant("O01", "oracle kernels", ORACLE, "in_cache = (index >= 0) & (index < num_slots)",
            "in_cache = index < num_slots", "KV write that does not skip padded slots (writes through slot -1)",

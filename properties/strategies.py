@@ -110,11 +110,15 @@ from blocktable.reference import GroupLayout  # noqa: E402
 # strategy (its label, whether it can be empty) on the object, so a strategy made
 # afresh inside every draw costs more than the draw itself.
 _B = st.sampled_from([1, 2, 4, 8, 16])
+_B_SMALL = st.sampled_from([1, 2])  # prefix-caching worlds: blocks fill, and are hit, within short prompts
 _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
+_PREFIX_CACHING = st.integers(0, 3)  # 0: a prefix-caching world
+PREFIX_MAX_MODEL_LEN = 512
 _FLAVOR = st.integers(0, 5)  # 4: a world made for long prefills, 5: one made for full rows
 _MAX_MODEL_LEN_LONG = st.sampled_from([1025, 2100, 16384])
 _MAX_MODEL_LEN = st.sampled_from([1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384, 16385])
 _FILL = st.sampled_from(["tight", "quarter", "roomy", "roomy"])
+_PREFIX_FILL = st.sampled_from(["tight", "tight", "small", "quarter"])  # small pools evict cached blocks
 _TIGHT = st.integers(1, 4)
 _MAX_NUM_REQS = st.integers(1, 6)
 _BATCH_LONG = st.sampled_from([1025, 2048])
@@ -148,10 +152,10 @@ def row_tokens(group: GroupConfig, cp_world_size: int) -> int:
 
 
 @st.composite
-def group_configs(draw: st.DrawFn, cp_world_size: int) -> GroupConfig:
-    """One KV-cache group: B a power of two up to 16, K = B * (1..4), sharded or
-    replicated, and for sharded groups under DCP an interleave I | K, often > B."""
-    B = draw(_B)
+def group_configs(draw: st.DrawFn, cp_world_size: int, small: bool = False) -> GroupConfig:
+    """One KV-cache group: B a power of two up to 16 (up to 2 if `small`), K = B * (1..4),
+    sharded or replicated, and for sharded groups under DCP an interleave I | K, often > B."""
+    B = draw(_B_SMALL if small else _B)
     K = B * draw(_K_OVER_B)
     sharded = draw(st.booleans()) if cp_world_size > 1 else True
     I = draw(_interleaves(K)) if sharded and cp_world_size > 1 else 1
@@ -159,8 +163,8 @@ def group_configs(draw: st.DrawFn, cp_world_size: int) -> GroupConfig:
 
 
 @functools.lru_cache(maxsize=None)
-def _group_lists(cp_world_size: int, max_groups: int) -> st.SearchStrategy[list[GroupConfig]]:
-    return st.lists(group_configs(cp_world_size), min_size=1, max_size=max_groups)
+def _group_lists(cp_world_size: int, max_groups: int, small: bool) -> st.SearchStrategy[list[GroupConfig]]:
+    return st.lists(group_configs(cp_world_size, small), min_size=1, max_size=max_groups)
 
 
 @st.composite
@@ -171,7 +175,12 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     ids offset to the top of int32 (a large pool id offset), and a pool from nearly
     full (a couple of blocks) to roomy (every row at full length)."""
     W = draw(_world_sizes(max_world))
-    groups = tuple(draw(_group_lists(W, max_groups)))
+    # One world in four (but not the long-prefill and full-rows ones, below) caches
+    # prefixes, with small blocks, short rows and small pools: the reference keys every
+    # block by its whole prefix (a lookup costs the square of the prompt's length), and
+    # hits and evictions come from prompts that share blocks in a pool that cycles.
+    prefix_caching = draw(_PREFIX_CACHING) == 0
+    groups = tuple(draw(_group_lists(W, max_groups, prefix_caching)))
     max_num_reqs = draw(_MAX_NUM_REQS)
     # One world in six is made for long prefills: rows and a token budget past the
     # interpreter's 1024-token tile and a roomy pool, so that a chunk crosses a tile.
@@ -180,6 +189,7 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # that a row fills to its last entry (an off-by-one at the width shows only there).
     flavor = draw(_FLAVOR)
     long_prefill, full_rows = flavor == 4, flavor == 5
+    prefix_caching = prefix_caching and not (long_prefill or full_rows)
     if full_rows:
         max_model_len = row_tokens(groups[0], W)
     else:
@@ -189,16 +199,19 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # in every group: "roomy".
     reach = max_model_len if full_rows else min(max_model_len, 2100)
     roomy = sum(-(-reach // (g.kv_block_size * (W if g.sharded else 1))) for g in groups) * max_num_reqs
-    fill = "roomy" if long_prefill or full_rows else draw(_FILL)
-    usable = {"tight": draw(_TIGHT), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
+    if prefix_caching:
+        max_model_len = min(max_model_len, PREFIX_MAX_MODEL_LEN)
+    fill = "roomy" if long_prefill or full_rows else draw(_PREFIX_FILL if prefix_caching else _FILL)
+    usable = {"tight": draw(_TIGHT), "small": max(1, roomy // 16), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
     num_blocks = min(usable, 4096) + (1 if null_block else 0)
     largest_P = max(g.kv_block_size // g.kernel_block_size for g in groups)
     top = (INT32_MAX - (largest_P - 1)) // largest_P - (num_blocks - 1)
     id_offset = draw(_id_offsets(top))
+    batch = draw(_BATCH_LONG if long_prefill or full_rows else _BATCH)
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
-        max_num_reqs=max_num_reqs, max_model_len=max_model_len,
-        max_num_batched_tokens=draw(_BATCH_LONG if long_prefill or full_rows else _BATCH))
+        max_num_reqs=max_num_reqs, max_model_len=max_model_len, max_num_batched_tokens=batch,
+        prefix_caching=prefix_caching)
 
 
 def query_lengths() -> st.SearchStrategy[int]:
@@ -220,3 +233,18 @@ def prefill_lengths() -> st.SearchStrategy[int]:
     return st.sampled_from([9, 17, 64, 130, 1023, 1024, 1025, FILL, FILL])
 
 
+
+
+def prompt_parts() -> dict[str, st.SearchStrategy]:
+    """A new prompt's parts, for prefix-caching worlds: which earlier request's tokens
+    it starts from (an index past them: a fresh prompt), how many of their last
+    tokens it drops, whether it then ends on a whole block, and how many tokens it
+    adds (`length`, drawn from a small vocabulary by `salt`: long prompts without a
+    draw per token)."""
+    return dict(source=_SOURCE, cut=_CUT, whole=st.booleans(), length=_EXTRA_LENGTH, salt=_SALT)
+
+
+_SOURCE = st.integers(0, 15)
+_CUT = st.sampled_from([0, 0, 1, 2, 3, 5, 8, 17, 33, 64])
+_EXTRA_LENGTH = st.sampled_from([0, 1, 2, 5, 9, 17, 33, 65, 129])
+_SALT = st.integers(0, 255)

@@ -28,6 +28,7 @@ class WorldConfig:
     max_num_reqs: int = 4
     max_model_len: int = 256
     max_num_batched_tokens: int = 64  # Tmax
+    prefix_caching: bool = False  # docs/contract.md §8: requests come with prompts, and share cached blocks
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -66,4 +67,5 @@ class WorldConfig:
         return (f"groups {groups}; W={self.cp_world_size}; pool {self.num_blocks} blocks"
                 f"{' (null block 0)' if self.null_block else ''}"
                 f"{f', ids offset by {self.id_offset}' if self.id_offset else ''}; "
-                f"{self.max_num_reqs} rows, max_model_len {self.max_model_len}, Tmax {self.max_num_batched_tokens}")
+                f"{self.max_num_reqs} rows, max_model_len {self.max_model_len}, Tmax {self.max_num_batched_tokens}"
+                f"{'; prefix caching' if self.prefix_caching else ''}")
