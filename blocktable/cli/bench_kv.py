@@ -1,0 +1,233 @@
+"""Timing the KV path (docs/contract.md §9): our Triton kernels beside the torch-native
+versions (blocktable.kv's `*_torch`), for write, copy and gather, against a
+device-to-device copy's bandwidth measured in the same run.
+
+Each case is first run by both implementations from the same starting buffers and
+their outputs compared bit for bit (whole caches or outputs): a disagreement is
+reported and neither is timed. Times are medians of CUDA-graph replays where a call
+can be captured (the torch-native write selects its tokens with a device sync, so
+it falls back to plain launches, and says so), with the data-dependent checks off:
+they read the device back and are not the kernels' cost. Bandwidth counts the bytes
+a call must move at least (inputs read once, outputs written once, ids and lengths).
+
+Under the interpreter the same code runs on tiny shapes: it checks the path, and
+its wall times are not timings. `blocktable bench` runs this (the lead wires it);
+`python -m blocktable.cli.bench_kv [--tiny]` runs it alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from blocktable.cli.bench import copy_bandwidth, time_call
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str  # "write", "copy" or "gather"
+    tokens: int  # write: tokens; copy: pairs; gather: total tokens
+    heads: int = 8
+    head_size: int = 128
+    block_size: int = 16
+    dtype: torch.dtype = torch.bfloat16  # the key's (write), or the "auto" cache's
+    kv_cache_dtype: str = "auto"
+    layout: str = "NHD"
+    requests: int = 1  # gather
+    layers: int = 1  # copy
+
+    def name(self) -> str:
+        what = {"write": f"{self.tokens:,} tokens", "copy": f"{self.tokens:,} pairs x {self.layers} layers",
+                "gather": f"{self.requests} x {self.tokens // self.requests:,} tokens"}[self.op]
+        cache = "fp8" if self.kv_cache_dtype == "fp8_e4m3" else str(self.dtype).removeprefix("torch.")
+        return f"{self.op} {what}, {self.heads}x{self.head_size} {cache} {self.layout}"
+
+
+# A large call of each (the ≥ 80% target is about these), then fp8 and the other layout.
+GPU_CASES = [
+    Case("write", 1 << 20), Case("write", 1 << 20, layout="HND"), Case("write", 1 << 20, kv_cache_dtype="fp8_e4m3"),
+    Case("copy", 4096, layers=4), Case("copy", 4096, layers=4, kv_cache_dtype="fp8_e4m3"),
+    Case("gather", 1 << 20, requests=256), Case("gather", 1 << 20, requests=256, layout="HND"),
+    Case("gather", 1 << 20, requests=256, kv_cache_dtype="fp8_e4m3"),
+]
+TINY_CASES = [  # the interpreter: the code path, not a measurement
+    Case("write", 8, heads=2, head_size=8, block_size=4), Case("write", 8, 2, 8, 4, kv_cache_dtype="fp8_e4m3"),
+    Case("copy", 4, 2, 8, 4, layers=2), Case("gather", 12, 2, 8, 4, requests=3, layout="HND"),
+    Case("gather", 12, 2, 8, 4, requests=3, kv_cache_dtype="fp8_e4m3"),
+]
+
+
+@dataclass
+class KvRow:
+    case: str
+    kernel: str  # "triton" (ours) or "torch" (torch-native)
+    microseconds: float | None
+    bytes: int
+    ok: bool
+    note: str = ""
+
+    @property
+    def gbps(self) -> float | None:
+        return self.bytes / self.microseconds / 1e3 if self.microseconds else None
+
+
+@dataclass
+class Prepared:
+    """One case's buffers: `state` holds everything a call writes (cloned per
+    implementation so that both start equal); `call(impl, state)` runs one."""
+
+    state: list[torch.Tensor]
+    call: Callable[[str, list[torch.Tensor]], None]
+    bytes: int
+
+
+def _poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: Any, generator: torch.Generator) -> torch.Tensor:
+    """Random bits (random values for a float tensor would never hold NaN payloads)."""
+    size = int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (size,), dtype=torch.uint8, device=device, generator=generator)
+    return raw.view(dtype).view(shape)
+
+
+def _values(shape: tuple[int, ...], dtype: torch.dtype, device: Any, generator: torch.Generator) -> torch.Tensor:
+    return (torch.randn(shape, device=device, generator=generator) * 100).to(dtype)
+
+
+def _cache_shape(case: Case, num_blocks: int) -> tuple[int, int, int, int]:
+    if case.layout == "NHD":
+        return (num_blocks, case.block_size, case.heads, case.head_size)
+    return (num_blocks, case.heads, case.block_size, case.head_size)
+
+
+def _cache_dtype(case: Case) -> torch.dtype:
+    return torch.uint8 if case.kv_cache_dtype == "fp8_e4m3" else case.dtype
+
+
+def prepare(case: Case, device: Any, seed: int = 0) -> Prepared:
+    from blocktable import kv, kv_torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    H, D, Bk = case.heads, case.head_size, case.block_size
+    cache_dtype = _cache_dtype(case)
+    cache_item = torch.empty(0, dtype=cache_dtype).element_size()
+    kw = dict(layout=case.layout, kv_cache_dtype=case.kv_cache_dtype, k_scale=0.37, v_scale=2.5)
+    if case.op == "write":
+        n = case.tokens
+        num_blocks = -(-n // Bk) + 1
+        key, value = (_values((n, H, D), case.dtype, device, g) for _ in range(2))
+        # A prefill's slots: whole blocks in a shuffled order, offsets in order inside each.
+        blocks = rng.permutation(num_blocks)[:-(-n // Bk)]
+        slots = (np.repeat(blocks, Bk) * Bk + np.tile(np.arange(Bk), len(blocks)))[:n].astype(np.int64)
+        slot_mapping = torch.from_numpy(slots).to(device)
+        caches = [_poisoned(_cache_shape(case, num_blocks), cache_dtype, device, g) for _ in range(2)]
+        fns = {"triton": kv.write, "torch": kv_torch.write_torch}
+        nbytes = 2 * n * H * D * (key.element_size() + cache_item) + 8 * n
+        return Prepared(caches, lambda impl, s: fns[impl](key, value, s[0], s[1], slot_mapping, **kw), nbytes)
+    if case.op == "copy":
+        m = case.tokens
+        num_blocks = 4 * m
+        caches = [_poisoned(_cache_shape(case, num_blocks), cache_dtype, device, g) for _ in range(2 * case.layers)]
+        order = rng.permutation(num_blocks)
+        pairs = torch.from_numpy(np.stack([order[:m], order[m:2 * m]], axis=1).astype(np.int64)).to(device)
+        fns = {"triton": kv.copy_blocks, "torch": kv_torch.copy_blocks_torch}
+        L = case.layers
+        nbytes = 2 * (2 * L) * m * Bk * H * D * cache_item + 16 * m
+        return Prepared(caches, lambda impl, s: fns[impl](s[:L], s[L:], pairs), nbytes)
+    N = case.requests
+    lengths = np.full(N, case.tokens // N, dtype=np.int64)
+    lengths[: case.tokens - int(lengths.sum())] += 1
+    cu = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)).to(device)
+    width = int(-(-lengths.max() // Bk))
+    num_blocks = N * width + 1
+    table = torch.from_numpy(rng.permutation(num_blocks)[:N * width].reshape(N, width).astype(np.int32)).to(device)
+    caches = [_poisoned(_cache_shape(case, num_blocks), cache_dtype, device, g) for _ in range(2)]
+    out_dtype = torch.float32 if case.kv_cache_dtype == "fp8_e4m3" else cache_dtype
+    outs = [_poisoned((case.tokens, H, D), out_dtype, device, g) for _ in range(2)]
+    fns = {"triton": kv.gather, "torch": kv_torch.gather_torch}
+    out_item = torch.empty(0, dtype=out_dtype).element_size()
+    nbytes = 2 * case.tokens * H * D * (cache_item + out_item) + 4 * int(N * width + N + 1)
+    return Prepared(outs, lambda impl, s: fns[impl](caches[0], caches[1], table, cu, s[0], s[1], **kw), nbytes)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def bench_case(case: Case, backend: Any, seed: int = 0) -> list[KvRow]:
+    """Both implementations from equal buffers, compared bit for bit, then timed."""
+    from blocktable.checks import data_checks
+
+    cuda = backend.name == "cuda"
+    prepared = prepare(case, backend.device, seed)
+    states = {"triton": prepared.state, "torch": [t.clone() for t in prepared.state]}
+    with data_checks(False):  # they read the device back: not capturable, not the kernels' cost
+        for impl, state in states.items():
+            prepared.call(impl, state)
+        ok = all(torch.equal(_bits(a), _bits(b)) for a, b in zip(states["triton"], states["torch"]))
+        rows = []
+        for impl, state in states.items():
+            if ok:
+                us, note = time_call(lambda: prepared.call(impl, state), cuda)
+            else:
+                us, note = None, "OUTPUTS DIFFER (triton vs torch): not timed"
+            rows.append(KvRow(case.name(), impl, us, prepared.bytes, ok, note))
+    return rows
+
+
+def run_suite(backend: Any, cases: list[Case] | None = None, seed: int = 0,
+              report: Callable[[KvRow], None] | None = None) -> tuple[list[KvRow], float | None]:
+    """(rows, the device-to-device copy's GB/s or None without a GPU)."""
+    cuda = backend.name == "cuda"
+    cases = cases if cases is not None else (GPU_CASES if cuda else TINY_CASES)
+    copy_gbps = copy_bandwidth(cuda)
+    rows = []
+    for case in cases:
+        for row in bench_case(case, backend, seed):
+            rows.append(row)
+            if report:
+                report(row)
+        if cuda:
+            torch.cuda.empty_cache()  # the large cases are gigabytes each
+    return rows, copy_gbps
+
+
+def render_markdown(rows: list[KvRow], copy_gbps: float | None, device: str) -> str:
+    lines = [f"Device: {device}.",
+             f"Device-to-device copy: {copy_gbps:.0f} GB/s (bytes read + written)." if copy_gbps else
+             "No GPU: interpreter wall times, not timings; no bandwidth is computed.", "",
+             "| case | kernel | µs | GB/s | % of copy | vs torch | note |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    torch_us = {r.case: r.microseconds for r in rows if r.kernel == "torch"}
+    for r in rows:
+        if r.microseconds is None:
+            lines.append(f"| {r.case} | {r.kernel} | - | - | - | - | {r.note} |")
+            continue
+        if not copy_gbps:
+            lines.append(f"| {r.case} | {r.kernel} | {r.microseconds:.0f} (wall) | - | - | - | {r.note} |")
+            continue
+        share = f"{100 * r.gbps / copy_gbps:.0f}%"
+        speed = f"{torch_us[r.case] / r.microseconds:.2f}x" if torch_us.get(r.case) else "-"
+        lines.append(f"| {r.case} | {r.kernel} | {r.microseconds:.1f} | {r.gbps:.0f} | {share} | {speed} | "
+                     f"{r.note} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from blocktable import device
+
+    argv = sys.argv[1:] if argv is None else argv
+    backend = device.select("auto")
+    cases = TINY_CASES if "--tiny" in argv else None
+    rows, copy_gbps = run_suite(backend, cases, report=lambda r: print(
+        f"{r.case:<48} {r.kernel:<7} " + (f"{r.microseconds:10.1f} µs" if r.microseconds else "         -   ")
+        + f"  {r.note}", flush=True))
+    print(render_markdown(rows, copy_gbps, backend.describe()))
+    return 0 if all(r.ok for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
