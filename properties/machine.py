@@ -85,13 +85,37 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
 
         @precondition(lambda self: self.run.free_row() is not None and self.run.world.prefix_caching)
         @rule(**strategies.prompt_parts())
-        def add_prompt(self, source: int, cut: int, whole: bool, length: int, salt: int) -> None:
+        def add_prompt(self, source: int, cut: int, whole: bool, length: int, salt: int, prefill: bool) -> None:
             """A request whose prompt extends or branches from an earlier one's tokens
-            (docs/contract.md §8: that is where hits come from)."""
+            (docs/contract.md §8: that is where hits come from); `prefill`: a step then
+            computes the rest of its prompt at once, as an engine's first step for it
+            does, so that its full blocks are cached for the requests after it."""
             run = self.run
             block = math.lcm(*(lay.tokens_per_block for lay in run.layouts)) if whole else 1
-            self.apply(op="add", prompt=prompt_from(run.prompts.seen, source, cut, noise(salt, length),
-                                                    run.world.max_model_len, block))
+            prompt = prompt_from(run.prompts.seen, source, cut, noise(salt, length), run.world.max_model_len, block)
+            self._admit(prompt, prefill)
+
+        def _admit(self, prompt: list[int], prefill: bool) -> None:
+            run = self.run
+            rid = self.apply(op="add", prompt=prompt)
+            request = run.requests[rid]
+            if prefill and len(prompt) > request.written:
+                query = [0] * run.world.max_num_reqs
+                query[request.row] = len(prompt) - request.written
+                self.apply(op="step", query=query, pad=0)
+
+        @precondition(lambda self: self.run.world.prefix_caching and self.run.live())
+        @rule(which=WHICH, length=strategies.prompt_parts()["length"], salt=strategies.prompt_parts()["salt"],
+              prefill=st.booleans())
+        def next_turn(self, which: int, length: int, salt: int, prefill: bool) -> None:
+            """A conversation's next turn: a request finishes, and a new one's prompt is
+            all its tokens and a few more, so it hits the blocks just freed (ref 0)."""
+            run = self.run
+            live = run.live()  # a running request: its row is free for the next turn
+            rid = live[which % len(live)]
+            tokens = run.prompts.tokens[rid][:run.slots(rid)]
+            self.apply(op="finish", request=rid, clear=False)
+            self._admit((tokens + noise(salt, max(1, length)))[:run.world.max_model_len], prefill)
 
         @precondition(lambda self: self.run.world.prefix_caching
                       and len(self.run.prompts.seen) - self.run.prompts.seen_at_reset >= 2)

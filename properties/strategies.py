@@ -7,6 +7,7 @@ is the caller's business, so the same draw feeds the reference and any kernel.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,13 +113,14 @@ from blocktable.reference import GroupLayout  # noqa: E402
 _B = st.sampled_from([1, 2, 4, 8, 16])
 _B_SMALL = st.sampled_from([1, 2])  # prefix-caching worlds: blocks fill, and are hit, within short prompts
 _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
-_PREFIX_CACHING = st.integers(0, 3)  # 0: a prefix-caching world
+_PREFIX_CACHING = st.integers(0, 2)  # 0: a prefix-caching world
+PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"  # "0": none (the same draws, prefix caching off)
 PREFIX_MAX_MODEL_LEN = 512
 _FLAVOR = st.integers(0, 5)  # 4: a world made for long prefills, 5: one made for full rows
 _MAX_MODEL_LEN_LONG = st.sampled_from([1025, 2100, 16384])
 _MAX_MODEL_LEN = st.sampled_from([1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384, 16385])
 _FILL = st.sampled_from(["tight", "quarter", "roomy", "roomy"])
-_PREFIX_FILL = st.sampled_from(["tight", "tight", "small", "quarter"])  # small pools evict cached blocks
+_PREFIX_POOL = st.one_of(st.integers(2, 12), st.integers(16, 64))  # prefix-caching worlds: small (it cycles and evicts) or not
 _TIGHT = st.integers(1, 4)
 _MAX_NUM_REQS = st.integers(1, 6)
 _BATCH_LONG = st.sampled_from([1025, 2048])
@@ -164,7 +166,12 @@ def group_configs(draw: st.DrawFn, cp_world_size: int, small: bool = False) -> G
 
 @functools.lru_cache(maxsize=None)
 def _group_lists(cp_world_size: int, max_groups: int, small: bool) -> st.SearchStrategy[list[GroupConfig]]:
-    return st.lists(group_configs(cp_world_size, small), min_size=1, max_size=max_groups)
+    one_or_more = st.lists(group_configs(cp_world_size, small), min_size=1, max_size=max_groups)
+    if not small or max_groups < 2:
+        return one_or_more
+    # Prefix-caching worlds: several groups half the time, where keys must name their
+    # group and hits must suit every group's block size.
+    return one_or_more
 
 
 @st.composite
@@ -175,11 +182,11 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     ids offset to the top of int32 (a large pool id offset), and a pool from nearly
     full (a couple of blocks) to roomy (every row at full length)."""
     W = draw(_world_sizes(max_world))
-    # One world in four (but not the long-prefill and full-rows ones, below) caches
+    # One world in three (but not the long-prefill and full-rows ones, below) caches
     # prefixes, with small blocks, short rows and small pools: the reference keys every
     # block by its whole prefix (a lookup costs the square of the prompt's length), and
     # hits and evictions come from prompts that share blocks in a pool that cycles.
-    prefix_caching = draw(_PREFIX_CACHING) == 0
+    prefix_caching = draw(_PREFIX_CACHING) == 0 and os.environ.get(PREFIX_WORLDS_VARIABLE, "1") != "0"
     groups = tuple(draw(_group_lists(W, max_groups, prefix_caching)))
     max_num_reqs = draw(_MAX_NUM_REQS)
     # One world in six is made for long prefills: rows and a token budget past the
@@ -201,8 +208,11 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     roomy = sum(-(-reach // (g.kv_block_size * (W if g.sharded else 1))) for g in groups) * max_num_reqs
     if prefix_caching:
         max_model_len = min(max_model_len, PREFIX_MAX_MODEL_LEN)
-    fill = "roomy" if long_prefill or full_rows else draw(_PREFIX_FILL if prefix_caching else _FILL)
-    usable = {"tight": draw(_TIGHT), "small": max(1, roomy // 16), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
+    if prefix_caching:
+        usable = draw(_PREFIX_POOL)
+    else:
+        fill = "roomy" if long_prefill or full_rows else draw(_FILL)
+        usable = {"tight": draw(_TIGHT), "quarter": max(1, roomy // 4), "roomy": roomy}[fill]
     num_blocks = min(usable, 4096) + (1 if null_block else 0)
     largest_P = max(g.kv_block_size // g.kernel_block_size for g in groups)
     top = (INT32_MAX - (largest_P - 1)) // largest_P - (num_blocks - 1)
@@ -240,8 +250,9 @@ def prompt_parts() -> dict[str, st.SearchStrategy]:
     it starts from (an index past them: a fresh prompt), how many of their last
     tokens it drops, whether it then ends on a whole block, and how many tokens it
     adds (`length`, drawn from a small vocabulary by `salt`: long prompts without a
-    draw per token)."""
-    return dict(source=_SOURCE, cut=_CUT, whole=st.booleans(), length=_EXTRA_LENGTH, salt=_SALT)
+    draw per token), and whether a step computes the prompt right away."""
+    return dict(source=_SOURCE, cut=_CUT, whole=st.booleans(), length=_EXTRA_LENGTH, salt=_SALT,
+                prefill=st.booleans())
 
 
 _SOURCE = st.integers(0, 15)
