@@ -58,11 +58,13 @@ def load(spec: str, extra: dict[str, Callable[[], SlotMappingFn]] | None = None)
     if spec in names:
         return names[spec]()
     if ":" not in spec:
-        raise PluginError(f"unknown kernel {spec!r}: use one of {', '.join(sorted(names))}, "
+        raise PluginError(f"unknown kernel {spec!r}: use one of {', '.join(names)}, "
                           f"MODULE:FUNCTION or path/to/file.py:FUNCTION")
     where, _, name = spec.rpartition(":")
     if where.endswith(".py"):
         path = Path(where)
+        if path.is_dir():
+            raise PluginError(f"kernel file {where} is a folder, not a file")
         if not path.is_file():
             raise PluginError(f"kernel file {where} does not exist")
         module_spec = importlib.util.spec_from_file_location(f"blocktable_plugin_{path.stem}", path)
@@ -73,13 +75,18 @@ def load(spec: str, extra: dict[str, Callable[[], SlotMappingFn]] | None = None)
         except Exception as e:
             raise PluginError(f"importing {where} failed: {type(e).__name__}: {e}") from e
     else:
+        if not where:
+            raise PluginError(f"kernel {spec!r} names no module before the colon")
         try:
             module = importlib.import_module(where)
         except ImportError as e:
             raise PluginError(f"cannot import module {where!r}: {e}") from e
+        except Exception as e:  # the module was found and raised while importing
+            raise PluginError(f"importing module {where!r} failed: {type(e).__name__}: {e}") from e
     fn = getattr(module, name, None)
     if fn is None or not callable(fn):
-        raise PluginError(f"{where} has no function {name!r}")
+        raise PluginError(f"{where} has no function {name!r}" if fn is None else
+                          f"{where}: {name!r} is not a function (it is a {type(fn).__name__})")
     check_signature(fn, spec)
     return fn
 

@@ -2,16 +2,19 @@
 
 fuzz: the contract's worked examples first (a kernel that gets those wrong needs no
 fuzzing), then the lockstep machines in seeded chunks until the example count or
-the time is reached. A failure is shrunk by Hypothesis, confirmed by replaying the
-shrunk program from a fresh start, saved as a case file and rendered as a report.
-Every step is journaled before it runs (properties/journal.py).
+the time is reached. A failure is shrunk by Hypothesis, replayed from a fresh start
+in this process, rendered as a report and sent to the parent with the case as
+JSON and the whole run that found it; the parent replays the case in a fresh
+process before it writes the case file (blocktable/cli/fuzz.py). Every step is
+journaled before it runs (properties/journal.py).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,8 +25,8 @@ from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.properties.journal import Journal
 from blocktable.properties.messages import Failure, Job, Log, Message, Progress, Result, Stats
 from blocktable.properties.reference_kernel import harness_kernels
-from blocktable.properties.replay import Outcome, replay_lockstep, run_slot_call, slot_call
-from blocktable.properties.report import render
+from blocktable.properties.replay import Outcome, replay_lockstep, replay_whole_run, run_slot_call, slot_call
+from blocktable.properties.report import render, where_text
 
 Send = Callable[[Message], None]
 # Examples per seeded chunk when fuzzing for a time budget. Each chunk is a fresh
@@ -31,6 +34,9 @@ Send = Callable[[Message], None]
 # of its time mutating programs it has already run, and reached several of the
 # mutation gate's bugs far later (docs/results.md).
 CHUNK_FOR_TIME = 40
+# Programs of the whole run a case keeps when its failure does not repeat alone: the
+# last ones before the failing program (a minutes-long run makes thousands).
+WHOLE_RUN_LIMIT = 1000
 
 
 def replay_command(case_path: Path, kernel: str, device_name: str) -> str:
@@ -51,9 +57,17 @@ def prepare(job: Job, send: Send) -> tuple[device.Backend, Any] | None:
     try:
         kernel = plugin.load(job.kernel, harness_kernels())
     except plugin.PluginError as e:
-        send(Result("config-error", message=str(e)))
+        # An import that raised: say where in the plug-in's file, on the one line.
+        send(Result("config-error", message=str(e) + (where_text(e.__cause__) if e.__cause__ else "")))
         return None
     return backend, kernel
+
+
+def kernel_files(kernel: Any) -> list[str]:
+    """The file the kernel function is defined in, so that a report shows its frames
+    even when it is an installed package's."""
+    code = getattr(kernel, "__code__", None)
+    return [code.co_filename] if code is not None else []
 
 
 def _device_name(backend: device.Backend) -> str:
@@ -66,11 +80,11 @@ def case_config(case: Case) -> str:
 
 
 def report_failure(case: Case, outcome: Outcome, backend: device.Backend, case_path: Path,
-                   title: str = "blocktable found a discrepancy") -> str:
+                   title: str = "blocktable found a discrepancy", kernel: Any = None, verbose: bool = False) -> str:
     return render(kernel=case.kernel, device=backend.describe(), error=outcome.error, config_text=case_config(case),
                   program=case.program if case.kind == "lockstep" else None, failed_step=outcome.failed_step,
                   replay_command=replay_command(case_path, case.kernel, _device_name(backend)), run=outcome.run,
-                  title=title)
+                  title=title, kernel_files=kernel_files(kernel), verbose=verbose)
 
 
 def config_text(name: str, config: dict[str, int], requests: int, tokens: int, max_num_tokens: int) -> str:
@@ -87,23 +101,29 @@ def call_text(call: dict[str, Any]) -> str:
 
 
 def describe_failure(case: Case, outcome: Outcome, backend: device.Backend, case_path: Path,
-                     title: str = "blocktable found a discrepancy") -> Failure:
+                     title: str = "blocktable found a discrepancy", kernel: Any = None,
+                     verbose: bool = False) -> Failure:
     error = outcome.error
     return Failure(kind=case.kind, what=getattr(error, "what", type(error).__name__), message=str(error),
                    config=case_config(case), step=outcome.failed_step, program_steps=len(case.program),
-                   case=str(case_path), report=report_failure(case, outcome, backend, case_path, title),
+                   case=str(case_path), report=report_failure(case, outcome, backend, case_path, title, kernel, verbose),
                    error=f"{type(error).__name__}: {error}" if error is not None else "",
                    first=slot_mismatch(error), call=(case.call or {}).get("name") if case.kind == "slot-call" else None)
 
 
 def send_failure(send: Send, case: Case, outcome: Outcome, backend: device.Backend, out: Path, stats: Stats,
-                 title: str = "blocktable found a discrepancy") -> None:
-    """Save the case file and send the result with the failure and its rendered report."""
+                 title: str = "blocktable found a discrepancy", kernel: Any = None, verbose: bool = False,
+                 repeated: bool | None = None) -> None:
+    """Send the result with the failure, its rendered report and the case as JSON.
+    The case file is not written here: the parent first replays the case in a fresh
+    process, records whether it failed there, and writes the file to `failure.case`."""
     case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
                     "message": str(outcome.error), "step": outcome.failed_step}
-    path = case.save(out)
-    send(Result("fail", device=backend.describe(), stats=stats,
-                failure=describe_failure(case, outcome, backend, path, title)))
+    path = case.path_in(out)
+    failure = describe_failure(case, outcome, backend, path, title, kernel, verbose)
+    failure.case_data = case.to_json()
+    failure.repeated_in_process = repeated
+    send(Result("fail", device=backend.describe(), stats=stats, failure=failure))
 
 
 class _Totals:
@@ -118,6 +138,11 @@ class _Totals:
         self.first_failure: float | None = None
         self.examples_to_failure: int | None = None
         self.pending: list[tuple[int, Any]] = []  # (ordinal, run) not yet folded in
+        # The whole run up to the first failing program, each {"world", "program"} as
+        # JSON text: what a kernel that keeps state from call to call had been called
+        # with before. Text, because the cyclic collector walks every list and dict.
+        self.whole_run: deque[str] = deque(maxlen=WHOLE_RUN_LIMIT)
+        self.whole_run_seen = 0
 
     def failed(self, when: float, ordinal: int | None) -> None:
         if self.first_failure is None:
@@ -125,6 +150,9 @@ class _Totals:
 
     def fold(self) -> None:
         for ordinal, run in self.pending:
+            if self.first_failure is None:  # Hypothesis's shrinking runs come after: not part of it
+                self.whole_run.append(json.dumps({"world": run.world.to_json(), "program": run.program}))
+                self.whole_run_seen += 1
             if run.failed_at is not None:
                 self.failed(run.failed_at, ordinal)
             self.steps += run.steps_checked
@@ -132,6 +160,10 @@ class _Totals:
             self.operations += len(run.program)
             self.events.update(run.events)
         self.pending.clear()
+
+    def whole_run_json(self, contract_examples: int) -> dict[str, Any]:
+        return {"contract_examples": contract_examples, "programs": [json.loads(p) for p in self.whole_run],
+                "dropped": self.whole_run_seen - len(self.whole_run)}
 
     def stats(self) -> Stats:
         first = self.first_failure
@@ -158,15 +190,18 @@ def fuzz_child(job: Job, send: Send) -> None:
     prov = provenance("interpreter" if backend.interpreted else described, seed=job.seed, profile=job.profile)
     totals = _Totals(time.monotonic())
 
-    for example in SPEC_EXAMPLES:
+    send(Progress("contract examples", totals.stats()))  # set up: the parent may show progress now
+    for index, example in enumerate(SPEC_EXAMPLES):
         qsl, positions, table = example.inputs()
         call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
         journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": described})
         outcome = run_slot_call(call, kernel, backend)
         if not outcome.passed:
             totals.failed(time.monotonic(), 0)
-            send_failure(send, Case("slot-call", spec, {}, call=call, provenance=prov), outcome, backend, out,
-                         totals.stats())
+            journal.close()
+            case = Case("slot-call", spec, {}, call=call, provenance=prov,
+                        whole_run=totals.whole_run_json(index + 1))
+            send_failure(send, case, outcome, backend, out, totals.stats(), kernel=kernel, verbose=job.verbose)
             return
     send(Progress("contract examples passed", totals.stats()))
 
@@ -207,14 +242,15 @@ def fuzz_child(job: Job, send: Send) -> None:
             last = recorder.run
             world = last.world if last is not None else recorder.world
             program = list(last.program) if last is not None else []
-            case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov)
+            case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov,
+                        whole_run=totals.whole_run_json(len(SPEC_EXAMPLES)))
             journal.close()
             outcome = replay_lockstep(case, kernel, backend)
-            title = "blocktable found a discrepancy"
-            if outcome.passed:
+            repeated = not outcome.passed
+            if outcome.passed:  # report what Hypothesis saw; the parent says it did not repeat
                 outcome = Outcome(False, failure, len(program) - 1 if program else None, last)
-                title = "blocktable found a failure that did not repeat on replay (flaky or order-dependent)"
-            send_failure(send, case, outcome, backend, out, totals.stats(), title)
+            send_failure(send, case, outcome, backend, out, totals.stats(), kernel=kernel, verbose=job.verbose,
+                         repeated=repeated)
             return
         totals.fold()
     journal.close()
@@ -222,14 +258,26 @@ def fuzz_child(job: Job, send: Send) -> None:
 
 
 def replay_child(job: Job, send: Send) -> None:
-    """Replay one case file; a "pass" or "fail" result with the failure."""
+    """Replay one case (a file, or its JSON before the file is written); a "pass" or
+    "fail" result with the failure. With `job.whole_run`, the case's whole run instead."""
     ready = prepare(job, send)
     if ready is None:
         return
     backend, kernel = ready
-    case_path = Path(job.case)
-    case = load(case_path)
+    try:
+        if job.case_data is not None:
+            case = Case.from_json(job.case_data)
+            case_path = Path(job.case or "case.json")
+        else:
+            case_path = Path(job.case)
+            case = load(case_path)
+    except ValueError as e:  # the parent checks first; a file changed since is still no kernel's fault
+        send(Result("config-error", message=str(e)))
+        return
     case.kernel = job.kernel
+    if job.whole_run:
+        _replay_whole_run(job, case, case_path, kernel, backend, send)
+        return
 
     def show(i: int, step: dict[str, Any]) -> None:
         if job.verbose:
@@ -256,7 +304,32 @@ def replay_child(job: Job, send: Send) -> None:
     if outcome.passed:
         send(Result("pass", device=backend.describe()))
         return
-    send(Result("fail", device=backend.describe(), failure=describe_failure(case, outcome, backend, case_path)))
+    send(Result("fail", device=backend.describe(),
+                failure=describe_failure(case, outcome, backend, case_path, kernel=kernel, verbose=job.verbose)))
+
+
+def _replay_whole_run(job: Job, case: Case, case_path: Path, kernel: Any, backend: device.Backend,
+                      send: Send) -> None:
+    if case.whole_run is None:
+        send(Result("config-error", message=f"{case_path} keeps no whole run to replay"))
+        return
+    journal = Journal(Path(job.journal)) if job.journal else None
+
+    def on_program(part: Case) -> None:
+        if journal is not None:
+            journal.start({"kind": part.kind, "kernel": part.kernel, "device": backend.describe(),
+                           "world": part.world.to_json() if part.world else None, "call": part.call})
+
+    outcome, part, which = replay_whole_run(case.whole_run, job.kernel, kernel, backend, on_program,
+                                            on_step=(lambda i, step: journal.write(step)) if journal else None)
+    if journal is not None:
+        journal.close()
+    if outcome.passed or part is None:
+        send(Result("pass", device=backend.describe()))
+        return
+    title = f"blocktable: the whole run that found {case_path.name} fails again, at {which}"
+    send(Result("fail", device=backend.describe(),
+                failure=describe_failure(part, outcome, backend, case_path, title, kernel, job.verbose)))
 
 
 def slot_mismatch(error: BaseException | None) -> list[int] | None:

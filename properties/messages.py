@@ -17,8 +17,9 @@ from typing import Any, Literal, Union
 @dataclass
 class Job:
     """The work a child is given. Which fields matter depends on the child: fuzzing
-    reads the budget (`examples` or `minutes`), `seed`, `profile` and `out`; a replay
-    reads `case` and `verbose`; the crash shrinker's child reads `world`."""
+    reads the budget (`examples` or `minutes`), `seed`, `profile`, `out` and `verbose`;
+    a replay reads `case` (or `case_data`), `whole_run` and `verbose`; the crash
+    shrinker's child reads `world`."""
 
     kernel: str
     device: str = "auto"
@@ -29,7 +30,9 @@ class Job:
     out: str | None = None  # where case files go
     journal: str | None = None  # the crash journal; None: none kept
     case: str | None = None  # the case file to replay
-    verbose: bool = False
+    case_data: dict[str, Any] | None = None  # or the case itself, as its file would hold it (not yet written)
+    whole_run: bool = False  # replay the case's whole run (case.whole_run) instead of its program
+    verbose: bool = False  # replay: print every step; both: the whole exception chain in reports
     world: dict[str, Any] | None = None  # the crash shrinker's world, as JSON
     expect_root: str | None = None  # the mutation worker's mutated tree
 
@@ -78,6 +81,10 @@ class Failure:
     error: str = ""  # the exception's type and text, one line
     first: list[int] | None = None  # (token, expected, actual) of a slot mapping's first difference
     call: str | None = None  # a slot-mapping call's name (a contract example's)
+    # The case as JSON, for the parent to replay in a fresh process before it writes
+    # the file to `case` (the fuzz child writes no case file itself).
+    case_data: dict[str, Any] | None = None
+    repeated_in_process: bool | None = None  # the shrunk program failed again when replayed in the same process
 
 
 @dataclass

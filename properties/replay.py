@@ -74,6 +74,42 @@ def run_slot_call(call: dict[str, Any], kernel: SlotMappingFn, backend: Backend)
         return Outcome(False, e)
     except Exception as e:
         fault.check(e)
-        return Outcome(False, Discrepancy(f"{call['name']} slot mapping",
-                                          f"the kernel raised {type(e).__name__}: {e}"))
+        return Outcome(False, _raised(call, e))
     return Outcome(True)
+
+
+def _raised(call: dict[str, Any], error: Exception) -> Discrepancy:
+    """The kernel's exception as a discrepancy that keeps it as its cause, so that the
+    report can show where in the plug-in's code it was raised."""
+    discrepancy = Discrepancy(f"{call['name']} slot mapping", f"the kernel raised {type(error).__name__}: {error}")
+    discrepancy.__cause__ = error
+    return discrepancy
+
+
+def replay_whole_run(whole: dict[str, Any], spec: str, kernel: SlotMappingFn, backend: Backend,
+                     on_program: Callable[[Case], None] | None = None,
+                     on_step: Callable[[int, dict[str, Any]], None] | None = None) -> tuple[Outcome, Case | None, str]:
+    """Replay a case's whole run (properties/case.py) in order, as the fuzzing process
+    ran it: the contract examples, then every program. (the outcome, the part that
+    failed as a case, which part that was); the first failure ends it."""
+    from blocktable.properties.examples import SPEC_EXAMPLES
+    from blocktable.properties.world import WorldConfig
+
+    for example in SPEC_EXAMPLES[:whole["contract_examples"]]:
+        qsl, positions, table = example.inputs()
+        call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+        part = Case("slot-call", spec, {}, call=call)
+        if on_program is not None:
+            on_program(part)
+        outcome = run_slot_call(call, kernel, backend)
+        if not outcome.passed:
+            return outcome, part, f"contract example {example.name}"
+    programs = whole["programs"]
+    for i, entry in enumerate(programs):
+        part = Case("lockstep", spec, {}, world=WorldConfig.from_json(entry["world"]), program=list(entry["program"]))
+        if on_program is not None:
+            on_program(part)
+        outcome = replay_lockstep(part, kernel, backend, on_step=on_step)
+        if not outcome.passed:
+            return outcome, part, f"program {i + 1} of {len(programs)}"
+    return Outcome(True), None, ""

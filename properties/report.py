@@ -1,14 +1,119 @@
 """A discrepancy explained in the user's terms: the configuration, the shrunk step
 program, the first differing slot decoded into request, token, position, blocks
-and owning rank, the row as each side holds it, and the command that replays it."""
+and owning rank, the row as each side holds it, where in the plug-in's own code an
+exception was raised, and the command that replays it."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import sys
+import sysconfig
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 
 from blocktable.properties.compare import Discrepancy, SlotDiscrepancy
+from blocktable.properties.guard import UNWRITTEN
+
+UNWRITTEN_NOTE = "never written by the kernel"
+
+
+def value_text(value: int) -> str:
+    """A slot as reports show it: the value poured into every output before the call
+    says so, or it reads like a slot number."""
+    return f"{value} ({UNWRITTEN_NOTE})" if int(value) == UNWRITTEN else str(value)
+
+
+def label_poison(text: str) -> str:
+    """`text` with the poured-in value labelled wherever it appears."""
+    return text.replace(str(UNWRITTEN), value_text(UNWRITTEN))
+
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose code is not the plug-in's: the standard library, installed
+    packages, and blocktable's own four folders."""
+    import blocktable
+    import blocktable.kernels
+    import blocktable.properties
+    import blocktable.reference
+
+    roots = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots |= {str(Path(m.__file__).resolve().parent)
+              for m in (blocktable, blocktable.kernels, blocktable.properties, blocktable.reference)}
+    roots |= {str(Path(sys.prefix) / "lib"), str(Path(sys.base_prefix) / "lib")}
+    return tuple(sorted(str(Path(r).resolve()) for r in roots if r))
+
+
+def is_library_file(filename: str) -> bool:
+    if filename.startswith("<"):  # frozen import machinery, exec'd strings
+        return True
+    resolved = str(Path(filename).resolve())
+    return any(resolved == root or resolved.startswith(root + "/") for root in _library_roots())
+
+
+def exception_chain(error: BaseException) -> list[BaseException]:
+    """`error`, then what it was raised from (or during), outermost first."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return chain
+
+
+def plugin_frames(error: BaseException, kernel_files: Iterable[str] = ()) -> list[traceback.FrameSummary]:
+    """The frames of `error`'s chain in the plug-in's own code (files outside the
+    standard library, installed packages and blocktable, and `kernel_files`), in
+    call order, each once."""
+    own = {str(Path(f).resolve()) for f in kernel_files}
+    frames, seen = [], set()
+    for exc in reversed(exception_chain(error)):  # the innermost cause holds the plug-in's frames
+        for frame in traceback.extract_tb(exc.__traceback__):
+            key = (frame.filename, frame.lineno, frame.name)
+            if key in seen:
+                continue
+            if str(Path(frame.filename).resolve()) in own or not is_library_file(frame.filename):
+                seen.add(key)
+                frames.append(frame)
+        if isinstance(exc, SyntaxError) and exc.filename and not is_library_file(exc.filename):
+            frames.append(traceback.FrameSummary(exc.filename, exc.lineno or 0, "<module>", line=(exc.text or "").strip()))
+    return frames
+
+
+def where_text(error: BaseException, kernel_files: Iterable[str] = ()) -> str:
+    """The innermost plug-in frame as " (at FILE:LINE)", for one-line messages."""
+    frames = plugin_frames(error, kernel_files)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def exception_lines(error: BaseException, kernel_files: Iterable[str] = (), verbose: bool = False) -> list[str]:
+    """Where in the plug-in's code the exception came from; with `verbose`, the whole
+    chain as Python prints it."""
+    lines = []
+    frames = plugin_frames(error, kernel_files)
+    if frames:
+        raised = next((e for e in reversed(exception_chain(error)) if e.__traceback__ is not None), error)
+        lines.append(f"  raised in the plug-in's code ({type(raised).__name__}; innermost call last):")
+        for frame in frames:
+            lines.append(f"    {frame.filename}:{frame.lineno} in {frame.name}")
+            if frame.line:
+                lines.append(f"        {frame.line.strip()}")
+    if verbose and (error.__cause__ is not None or error.__context__ is not None or frames):
+        lines.append("  the whole exception chain:")
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        lines.extend(f"    {line}" for line in text.rstrip().splitlines())
+    return lines
+
+
+def amend(report: str, title: str | None = None, lines: Iterable[str] = ()) -> str:
+    """A rendered report with a new first line and `lines` added before its replay line."""
+    rows = report.splitlines()
+    if title and rows:
+        rows[0] = title
+    at = next((i for i in range(len(rows) - 1, -1, -1) if rows[i].startswith("replay: ")), len(rows))
+    return "\n".join(rows[:at] + list(lines) + rows[at:])
 
 
 def describe_step(step: dict[str, Any]) -> str:
@@ -57,7 +162,7 @@ def slot_lines(error: SlotDiscrepancy, impl_table: np.ndarray | None = None,
     lines.append("  first differing element:")
     if d["tail"]:
         lines.append(f"    token {t} lies in the tail [T={len(error.positions)}, Tmax={len(expected)}): "
-                     f"expected -1, got {actual[t]}")
+                     f"expected -1, got {value_text(actual[t])}")
     else:
         rid = error.requests[d["request_row"]] if d["request_row"] < len(error.requests) else None
         who = f"request {rid} (row {d['request_row']})" if rid is not None else f"row {d['request_row']}"
@@ -70,7 +175,7 @@ def slot_lines(error: SlotDiscrepancy, impl_table: np.ndarray | None = None,
         else:
             lines.append(f"    table column {d['column']} (kernel block), physical kernel block {d['physical']} "
                          f"(allocation block {d['physical'] // d['P'] if d['physical'] >= 0 else '?'})")
-        lines.append(f"    expected slot {int(expected[t])}, actual slot {int(actual[t])}")
+        lines.append(f"    expected slot {int(expected[t])}, actual slot {value_text(actual[t])}")
         r = d["request_row"]
         if r < error.table.shape[0]:
             lines.append(f"  row {r} as the reference holds it:      {_row_text(error.table[r], ref_count)}")
@@ -83,7 +188,8 @@ def slot_lines(error: SlotDiscrepancy, impl_table: np.ndarray | None = None,
 
 def render(*, kernel: str, device: str, error: BaseException | None, config_text: str,
            program: list[dict[str, Any]] | None, failed_step: int | None, replay_command: str | None,
-           run: Any = None, triage: str | None = None, title: str = "blocktable found a discrepancy") -> str:
+           run: Any = None, triage: str | None = None, title: str = "blocktable found a discrepancy",
+           kernel_files: Iterable[str] = (), verbose: bool = False) -> str:
     lines = [title, f"  kernel:  {kernel}", f"  device:  {device}", f"  config:  {config_text}"]
     if program is not None:
         lines.append(f"  program ({len(program)} steps):")
@@ -92,7 +198,8 @@ def render(*, kernel: str, device: str, error: BaseException | None, config_text
             lines.append(f"    {i + 1:3d}. {describe_step(step)}{mark}")
     if error is not None:
         where = f" at step {failed_step + 1}" if failed_step is not None else ""
-        lines.append(f"  failure{where}: {type(error).__name__}: {error}")
+        lines.append(label_poison(f"  failure{where}: {type(error).__name__}: {error}"))
+        lines.extend(exception_lines(error, kernel_files, verbose))
     if isinstance(error, SlotDiscrepancy):
         impl_table = ref_count = impl_count = None
         if run is not None:

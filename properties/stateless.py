@@ -132,6 +132,7 @@ def stateless_child(job: Job, send: Send) -> None:
     deadline = start + 60 * job.minutes if job.minutes else None
     batches = job.examples or 100
     stats = Stats(batches=0, tokens=0)
+    send(Progress("stateless", dataclasses.replace(stats)))  # set up: the parent may show progress now
     last_sent = 0.0
     while (deadline is None and stats.batches < batches) or (deadline is not None and time.monotonic() < deadline):
         config, qsl, positions, table, tmax = random_call(rng, gen, device, max_tokens)
@@ -151,7 +152,9 @@ def stateless_child(job: Job, send: Send) -> None:
             case = Case("slot-call", job.kernel, {}, call=call,
                         provenance=provenance(backend.describe(), seed=job.seed, mode="stateless"))
             stats.elapsed = time.monotonic() - start
-            send_failure(send, case, run_slot_call(call, kernel, backend), backend, Path(job.out or "."), stats)
+            journal.close()
+            send_failure(send, case, run_slot_call(call, kernel, backend), backend, Path(job.out or "."), stats,
+                         kernel=kernel, verbose=job.verbose)
             return
         stats.batches += 1
         stats.examples = stats.batches

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import tempfile
 import time
 from pathlib import Path
@@ -14,11 +15,11 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, UsageError, add_kernel_and_device, console,
-                                   crash_case, normalize_kernel, render_crash)
+from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, add_kernel_and_device, console, crash_case,
+                                   make_folder, normalize_kernel, render_crash, replay_attempt, usage_error,
+                                   whole_run_text, write_case)
 from blocktable.properties import messages
 from blocktable.properties.messages import Failure, Job, Log, Message, Result, Stats
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fuzz", help="fuzz a slot-mapping kernel and the block-table stack against the reference",
@@ -37,6 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shrink-seconds", type=float, default=120, metavar="S",
                    help="when the kernel kills its process, spend up to S seconds replaying smaller "
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
+    p.add_argument("--verbose", action="store_true",
+                   help="reports show the whole exception chain of a kernel that raised")
     p.set_defaults(run=run)
 
 
@@ -44,75 +47,182 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except UsageError as e:
-        console.print(f"[red]blocktable fuzz:[/] {e}")
-        return EXIT_USAGE
+        return usage_error("fuzz", str(e))
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.examples is not None and args.examples < 1:
+        raise UsageError(f"--examples must be >= 1, got {args.examples}")
+    if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
+        raise UsageError(f"--minutes must be a number > 0, got {args.minutes}")
+    if not (args.shrink_seconds >= 0 and math.isfinite(args.shrink_seconds)):
+        raise UsageError(f"--shrink-seconds must be a number >= 0, got {args.shrink_seconds}")
 
 
 def _run(args: argparse.Namespace) -> int:
     from blocktable.properties import profiles
     from blocktable.properties.child import run_in_child
 
-    if args.examples is not None and args.examples < 1:
-        raise UsageError(f"--examples must be >= 1, got {args.examples}")
-    if args.minutes is not None and args.minutes <= 0:
-        raise UsageError(f"--minutes must be > 0, got {args.minutes}")
-    if args.shrink_seconds < 0:
-        raise UsageError(f"--shrink-seconds must be >= 0, got {args.shrink_seconds}")
+    _check(args)
     kernel = normalize_kernel(args.kernel)
     examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
-    args.out.mkdir(parents=True, exist_ok=True)
+    made = make_folder(args.out, "--out")
     journal = args.out / "journal.jsonl"
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
-              profile=args.profile, out=str(args.out), journal=str(journal))
+              profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose)
     target = "blocktable.properties.stateless:stateless_child" if args.stateless else \
         "blocktable.properties.engine:fuzz_child"
 
     latest = Stats()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[detail]}"),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
-        total = args.minutes * 60 if args.minutes else examples
-        task = progress.add_task(f"fuzz {kernel}", total=total, detail="starting")
+    total = args.minutes * 60 if args.minutes else examples
+    # The progress line starts with the child's first progress message, once the
+    # device and the kernel are set up: a configuration error prints no line first.
+    progress: Progress | None = None
+    task: Any = None
 
-        def on_message(message: Message) -> None:
-            nonlocal latest
-            if isinstance(message, Log):
-                progress.console.print(message.text)
-                return
-            if isinstance(message, messages.Progress):
-                latest = message.stats
-                done = latest.elapsed if args.minutes else latest.examples
-                progress.update(task, completed=done, detail=_detail(latest))
+    def on_message(message: Message) -> None:
+        nonlocal latest, progress, task
+        if isinstance(message, Log):
+            console.print(message.text, markup=False)
+            return
+        if isinstance(message, messages.Progress):
+            latest = message.stats
+            if progress is None:
+                progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                    TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console)
+                progress.start()
+                task = progress.add_task(f"fuzz {kernel}", total=total, detail="starting")
+            done = latest.elapsed if args.minutes else latest.examples
+            progress.update(task, completed=done, detail=_detail(latest))
 
-        start = time.monotonic()
+    start = time.monotonic()
+    try:
         outcome = run_in_child(target, job, on_message)
         result = outcome.result
-        if result is not None:
+        if result is not None and progress is not None:
             latest = result.stats or latest
             progress.update(task, completed=total if result.status == "pass" else None, detail=_detail(latest))
+    finally:
+        if progress is not None:
+            progress.stop()
     if result is None:  # the child died: the journal has the fatal step
-        case, message, where = crash_case(journal, outcome.exitcode)
-        if case is None:  # a stateless batch: the message says how to repeat it
-            console.print(message, markup=False, soft_wrap=True)
-            return EXIT_FAIL
-        if case.kind == "lockstep" and case.program and args.shrink_seconds > 0:
-            message = _shrink_crash(case, job, outcome.exitcode, args.shrink_seconds)
-        path = case.save(args.out)
-        console.print(render_crash(case, message, path, where, args.device), markup=False, soft_wrap=True)
-        console.print(f"case file: {path}")
-        return EXIT_FAIL
+        return _crashed(args, job, journal, outcome.exitcode)
+    _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
     if result.status == "config-error":
-        console.print(f"[red]blocktable fuzz:[/] {result.message}")
-        return EXIT_USAGE
+        return usage_error("fuzz", result.message)
     _summary(kernel, args, latest, result, time.monotonic() - start)
     if result.status == "pass" or result.failure is None:
         console.print("[green]no discrepancy found[/]")
         return EXIT_PASS
-    console.print(result.failure.report, markup=False, soft_wrap=True)
+    report = _confirm_and_save(result.failure, kernel, args.device)
+    console.print(report, markup=False, soft_wrap=True)
     triage = _triage(result.failure, args)
     if triage:
         console.print(f"  triage: {triage}", markup=False, soft_wrap=True)
-    console.print(f"case file: {result.failure.case}")
+    console.print(f"case file: {result.failure.case}", soft_wrap=True)
     return EXIT_FAIL
+
+
+def _remove_journal(journal: Path, made: Path | None, keep_folder: bool) -> None:
+    """The journal only matters while the child may die; a run that ended leaves
+    none behind, nor the --out folder it made and left empty."""
+    journal.unlink(missing_ok=True)
+    if made is not None and not keep_folder:
+        try:
+            made.rmdir()  # only if empty
+        except OSError:
+            pass
+
+
+def _crashed(args: argparse.Namespace, job: Job, journal: Path, exitcode: int | None) -> int:
+    """The child died mid-step: a case from the journal, shrunk, confirmed, saved.
+    The journal stays beside it: the crash as it happened, before shrinking."""
+    case, message, where = crash_case(journal, exitcode)
+    if case is None:  # a stateless batch: the message says how to repeat it
+        console.print(message, markup=False, soft_wrap=True)
+        return EXIT_FAIL
+    if case.kind == "lockstep" and case.program and args.shrink_seconds > 0:
+        message = _shrink_crash(case, job, exitcode, args.shrink_seconds)
+    path = case.path_in(args.out)
+    confirmation = _confirm(case.to_json(), path, job.kernel, args.device)
+    case.confirmation = confirmation
+    write_case(case.to_json(), path)
+    report = render_crash(case, message, path, where, args.device)
+    console.print(_amend(report, confirmation, path, crash=True), markup=False, soft_wrap=True)
+    console.print(f"case file: {path}", soft_wrap=True)
+    return EXIT_FAIL
+
+
+def _confirm(data: dict[str, Any], path: Path, kernel: str, device: str) -> dict[str, Any]:
+    """Replay a case (its file not yet written) in a fresh process and, if it passes
+    there and keeps the whole run that found it, the whole run in another: the
+    case's confirmation record (properties/case.py)."""
+    with Progress(TextColumn("[bold]confirming[/] {task.fields[detail]}"), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("confirm", detail="replaying the case in a fresh process")
+        alone = replay_attempt(kernel, device, path, case_data=data)
+        reproduced = alone.status == "fail"
+        whole_reproduced = None
+        if not reproduced and data.get("whole_run") is not None:
+            progress.update(task, detail="replaying the whole run that found it in a fresh process")
+            whole_reproduced = replay_attempt(kernel, device, path, case_data=data, whole_run=True).status == "fail"
+    if reproduced:
+        note = "fails again when replayed alone in a fresh process"
+    elif whole_reproduced:
+        note = ("passes alone in a fresh process, but the whole run that found it fails again there: the kernel "
+                "keeps state from earlier calls and the failure depends on it")
+    elif whole_reproduced is False:
+        note = ("neither the case alone nor the whole run that found it fails again in a fresh process: "
+                "nondeterministic, or dependent on something outside the program")
+    else:
+        note = ("passes when replayed in a fresh process: it depends on state from earlier calls in the same "
+                "process, or is nondeterministic")
+    if alone.status == "config-error":
+        note += f" (the replay could not start: {alone.text})"
+    return {"reproduced": reproduced, "whole_run_reproduced": whole_reproduced, "note": note}
+
+
+def _confirm_and_save(failure: Failure, kernel: str, device: str) -> str:
+    """Confirm the child's case in a fresh process, write its file with the verdict
+    (and the whole run when it did not repeat alone); the report, amended."""
+    path = Path(failure.case)
+    data = dict(failure.case_data or {})
+    confirmation = _confirm(data, path, kernel, device)
+    data["confirmation"] = confirmation
+    if confirmation["reproduced"]:
+        data.pop("whole_run", None)  # not needed to replay it: the case alone fails
+    write_case(data, path)
+    return _amend(failure.report, confirmation, path, whole=data.get("whole_run"),
+                  repeated=failure.repeated_in_process)
+
+
+def _amend(report: str, confirmation: dict[str, Any], path: Path, whole: dict[str, Any] | None = None,
+           crash: bool = False, repeated: bool | None = None) -> str:
+    from blocktable.properties.report import amend
+
+    if confirmation["reproduced"]:
+        return amend(report, lines=["  confirmed: it fails again when replayed alone in a fresh process"])
+    title = report.splitlines()[0] if report else ""
+    title = (f"{title} (it did not repeat in a fresh process)" if crash else
+             "blocktable found a discrepancy that did not repeat in a fresh process")
+    lines = ["  not confirmed: replayed alone in a fresh process, it passes."]
+    if repeated is False:
+        lines.append("  nor did it fail when the fuzzing process replayed it right after shrinking: the failure "
+                     "above is the one Hypothesis saw.")
+    if confirmation["whole_run_reproduced"] and whole is not None:
+        lines.append(f"  the whole run that found it ({whole_run_text(whole)}) fails again in a fresh process: "
+                     f"the kernel keeps state from earlier calls (a cache keyed on the wrong inputs, a table kept "
+                     f"by data_ptr) and this failure depends on it. The case file keeps the whole run, and "
+                     f"replay replays it when the case alone passes.")
+    elif confirmation["whole_run_reproduced"] is False and whole is not None:
+        lines.append(f"  the whole run that found it ({whole_run_text(whole)}) passes in a fresh process too: "
+                     f"the failure is nondeterministic (a race, memory never initialised) or depends on "
+                     f"something outside the program. The case file keeps the whole run.")
+    else:
+        lines.append("  it depends on state from earlier calls in the same process, or is nondeterministic "
+                     "(a race, memory never initialised).")
+    lines.append(f"  blocktable replay {path} --repeat 20 counts how often it fails in fresh processes.")
+    return amend(report, title=title, lines=lines)
 
 
 def _shrink_crash(case: Any, job: Job, exitcode: int | None, seconds: float) -> str:

@@ -6,7 +6,10 @@ import argparse
 import sys
 from typing import Sequence
 
+from pathlib import Path
+
 from blocktable.cli import bench, fuzz, mutants, replay, selfcheck
+from blocktable.cli.common import UsageError, check_folder, usage_error
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +31,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit:  # argparse exits 2 on a usage error, 0 on --help
         return int(exit.code or 0)
+    out = getattr(args, "out", None)
+    if isinstance(out, Path):  # every command's output folder, checked before any work
+        try:
+            check_folder(out, "--out")
+        except UsageError as e:
+            return usage_error(args.command, str(e))
     return int(args.run(args))
 
 

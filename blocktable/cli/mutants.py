@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -13,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, console
+from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, usage_error
+from blocktable.properties.report import label_poison
 from blocktable.device import CHOICES
 
 
@@ -42,12 +44,14 @@ def run(args: argparse.Namespace) -> int:
         known = {m.id for m in CATALOGUE} | {m.layer for m in CATALOGUE}
         unknown = [x for x in args.only if x not in known]
         if unknown:
-            console.print(f"[red]blocktable mutants:[/] unknown mutant or layer {', '.join(unknown)}")
-            return EXIT_USAGE
+            return usage_error("mutants", f"unknown mutant or layer {', '.join(unknown)} (ids such as "
+                                          f"{CATALOGUE[0].id}, or a layer: "
+                                          f"{', '.join(sorted({m.layer for m in CATALOGUE}))})")
         chosen = [m for m in CATALOGUE if m.id in args.only or m.layer in args.only]
-    if args.budget <= 0 or args.jobs < 1:
-        console.print("[red]blocktable mutants:[/] --budget and --jobs must be positive")
-        return EXIT_USAGE
+    if not (args.budget > 0 and math.isfinite(args.budget)):
+        return usage_error("mutants", f"--budget must be a number of seconds > 0, got {args.budget}")
+    if args.jobs < 1:
+        return usage_error("mutants", f"--jobs must be >= 1, got {args.jobs}")
     to_run = [m for m in chosen if args.include_equivalent or not m.equivalent]
     verdicts: dict[str, Verdict] = {m.id: Verdict(m.id, m.layer, m.imitates, None, equivalent=m.equivalent)
                                     for m in chosen if m not in to_run}
@@ -89,7 +93,7 @@ def verdict_table(verdicts: list) -> Table:
             killed, detail = "equivalent", v.equivalent or ""
         else:
             killed = "[green]killed[/]" if v.killed else "[red]SURVIVED[/]"
-            detail = f"{v.imitates}" + (f"\n↳ {v.by}" if v.by else "")
+            detail = f"{v.imitates}" + (f"\n↳ {label_poison(v.by)}" if v.by else "")
         table.add_row(v.id, v.layer, killed, *_kill_cells(v), detail)
     return table
 

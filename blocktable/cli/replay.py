@@ -1,20 +1,34 @@
-"""`blocktable replay CASE.json`: re-run a case deterministically and print the same
+"""`blocktable replay CASE.json`: re-run a case in a fresh process and print the same
 report. Exit 1 if it still fails, 0 if it now passes, 2 on a usage error.
-`--emit-test DIR` writes a plain pytest regression test (plus a copy of the case)."""
+`--repeat N` replays it N times, each in a fresh process, and says how many failed
+(for races and kernels that keep state). `--emit-test DIR` writes a plain pytest
+regression test (plus a copy of the case)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
-import tempfile
 from pathlib import Path
+from typing import Any
 
-from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, EXIT_USAGE, UsageError, add_kernel_and_device, console,
-                                   crash_case, normalize_kernel, render_crash)
-from blocktable.properties.messages import Job, Log
+from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, Attempt, UsageError, add_kernel_and_device,
+                                   check_folder, console, normalize_kernel, replay_case, usage_error, whole_run_text)
 
 VERBOSE_VARIABLE = "BLOCKTABLE_VERBOSE"
+# An emitted test replays with the kernel it was emitted for, unless these say otherwise.
+KERNEL_VARIABLE = "BLOCKTABLE_KERNEL"
+DEVICE_VARIABLE = "BLOCKTABLE_DEVICE"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +36,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("case", type=Path, help="a case file written by blocktable fuzz")
     add_kernel_and_device(p, kernel_default=None)
     p.add_argument("--emit-test", type=Path, metavar="DIR", help="write a pytest regression test for the case into DIR")
+    p.add_argument("--repeat", type=_positive, default=1, metavar="N",
+                   help="replay N times, each in a fresh process, and report how many failed (default 1)")
     p.add_argument("--verbose", action="store_true",
-                   help=f"print every step as it runs (or set {VERBOSE_VARIABLE}=1)")
+                   help=f"print every step as it runs and the whole exception chain (or set {VERBOSE_VARIABLE}=1)")
     p.set_defaults(run=run)
 
 
@@ -31,76 +47,134 @@ def run(args: argparse.Namespace) -> int:
     from blocktable.properties.case import load
 
     try:
-        case = load(args.case)
+        case = load(args.case)  # checked against its schema before anything runs
         kernel = normalize_kernel(args.kernel or case.kernel)
+        if args.emit_test is not None:
+            check_folder(args.emit_test, "--emit-test")
     except (ValueError, UsageError) as e:
-        console.print(f"[red]blocktable replay:[/] {e}")
-        return EXIT_USAGE
-    if args.emit_test:
-        path = emit_test(args.case, case, args.emit_test)
-        console.print(f"wrote {path} (and {path.with_name(args.case.name)})")
+        return usage_error("replay", str(e))
+    if args.emit_test is not None:
+        try:
+            path = emit_test(args.case, case, args.emit_test, kernel, args.device)
+        except OSError as e:
+            return usage_error("replay", f"--emit-test {args.emit_test}: cannot write there: {e.strerror or e}")
+        console.print(f"wrote {path} (and {path.with_name(args.case.name)})", soft_wrap=True)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
-    return replay(args.case, kernel, args.device, verbose)
+    if args.repeat > 1:
+        return repeat(args.case, case, kernel, args.device, args.repeat, verbose)
+    return replay(args.case, kernel, args.device, verbose, case=case)
 
 
-def replay(case_path: Path, kernel: str, device: str, verbose: bool = False) -> int:
-    from blocktable.properties.child import run_in_child
+def _explain_whole_run(case: Any, attempt: Attempt) -> None:
+    if attempt.whole_run:
+        console.print(f"the case alone passes in a fresh process, as when it was found; replayed its whole run "
+                      f"({whole_run_text(case.whole_run)}):", markup=False, soft_wrap=True)
 
-    with tempfile.TemporaryDirectory() as scratch:
-        journal = Path(scratch) / "journal.jsonl"
-        outcome = run_in_child("blocktable.properties.engine:replay_child",
-                               Job(kernel, device=device, case=str(case_path), verbose=verbose, journal=str(journal)),
-                               lambda m: console.print(m.text, markup=False) if isinstance(m, Log) else None)
-        result = outcome.result
-        if result is None:
-            case, message, where = crash_case(journal, outcome.exitcode)
-            if case is None:
-                console.print(message, markup=False, soft_wrap=True)
-                return EXIT_FAIL
-            console.print(render_crash(case, message, case_path, where, device), markup=False, soft_wrap=True)
-            return EXIT_FAIL
-    if result.status == "config-error":
-        console.print(f"[red]blocktable replay:[/] {result.message}")
-        return EXIT_USAGE
-    if result.status == "pass" or result.failure is None:
-        console.print(f"[green]{case_path} passes now[/] with {kernel} on {result.device}")
+
+def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Any = None) -> int:
+    if case is None:
+        from blocktable.properties.case import load
+
+        case = load(case_path)
+    attempt = replay_case(case, kernel, device, case_path, verbose,
+                          on_log=lambda text: console.print(text, markup=False))
+    if attempt.status == "config-error":
+        return usage_error("replay", attempt.text)
+    _explain_whole_run(case, attempt)
+    if attempt.status == "pass":
+        console.print(f"[green]{case_path} passes now[/] with {kernel} on {attempt.result.device}", soft_wrap=True)
         return EXIT_PASS
-    console.print(result.failure.report, markup=False, soft_wrap=True)
-    import torch
+    console.print(attempt.text, markup=False, soft_wrap=True)
+    if attempt.result is not None and not attempt.whole_run:
+        import torch
 
-    if device != "cpu" and torch.cuda.is_available():
-        from blocktable.cli.fuzz import interpreter_verdict
+        if device != "cpu" and torch.cuda.is_available():
+            from blocktable.cli.fuzz import interpreter_verdict
 
-        console.print(f"  triage: {interpreter_verdict(str(case_path), kernel, result.failure)}", markup=False, soft_wrap=True)
+            verdict = interpreter_verdict(str(case_path), kernel, attempt.result.failure)
+            console.print(f"  triage: {verdict}", markup=False, soft_wrap=True)
     return EXIT_FAIL
+
+
+def repeat(case_path: Path, case: Any, kernel: str, device: str, times: int, verbose: bool = False) -> int:
+    """Replay the case `times` times, each in a fresh process; print the first
+    failure's report and how many failed. Exit 1 if any did."""
+    failed: list[int] = []
+    first: Attempt | None = None
+    for i in range(times):
+        attempt = replay_case(case, kernel, device, case_path, verbose)
+        if attempt.status == "config-error":
+            return usage_error("replay", attempt.text)
+        verdict = "passes" if attempt.status == "pass" else ("crashes" if attempt.crashed else "fails")
+        console.print(f"replay {i + 1} of {times}: {verdict}" + (" (the whole run)" if attempt.whole_run else ""))
+        if attempt.status == "fail":
+            failed.append(i + 1)
+            first = first or attempt
+    if first is not None:
+        _explain_whole_run(case, first)
+        console.print(first.text, markup=False, soft_wrap=True)
+        console.print(f"[red]{case_path} failed in {len(failed)} of {times} fresh processes[/] "
+                      f"({100 * len(failed) / times:.0f}%; replays {', '.join(map(str, failed))}) with {kernel}", soft_wrap=True)
+        return EXIT_FAIL
+    console.print(f"[green]{case_path} passed in all {times} fresh processes[/] with {kernel}", soft_wrap=True)
+    return EXIT_PASS
 
 
 TEST_TEMPLATE = '''"""Regression test emitted by `blocktable replay --emit-test` from {case_name}.
 
-It replays the case with the kernel the case names and fails while the discrepancy
-is still there. First seen: {what}: {message}
+It replays the case in a fresh process and fails while the case still fails.
+First seen: {message}
+
+Kernel: {kernel_doc}; set {kernel_variable} to replay another (a built-in name,
+MODULE:FUNCTION or FILE.py:FUNCTION). Device: {device}; set {device_variable}
+(auto, cpu or cuda) for another. Paths are relative to this file: the test runs
+from any working directory and after its folder moves.
 """
 
+import os
 from pathlib import Path
 
 from blocktable.properties.regression import check_case
 
-CASE = Path(__file__).with_name({case_name!r})
+HERE = Path(__file__).resolve().parent
+CASE = HERE / {case_name!r}
+KERNEL = {kernel_expr}
+DEVICE = {device!r}
 
 
 def test_{slug}():
-    check_case(CASE)
+    check_case(CASE, kernel=os.environ.get({kernel_variable!r}) or KERNEL,
+               device=os.environ.get({device_variable!r}) or DEVICE)
 '''
 
 
-def emit_test(case_path: Path, case, folder: Path) -> Path:
+def _kernel_expression(kernel: str, folder: Path) -> tuple[str, str]:
+    """(Python for the kernel spec, how the docstring names it): a file plug-in by
+    its path relative to the test's folder, anything else as it is."""
+    where, colon, name = kernel.rpartition(":")
+    if colon and where.endswith(".py"):
+        relative = Path(os.path.relpath(Path(where).resolve(), folder.resolve())).as_posix()
+        return f"f\"{{HERE / {relative!r}}}:{name}\"", f"{name} in {relative}, relative to this file"
+    return repr(kernel), kernel
+
+
+def _docstring_safe(text: str) -> str:
+    """One line of at most 200 characters that can neither end the docstring nor escape."""
+    text = text.replace('"""', "'''").replace(chr(92), "/")
+    return (text.splitlines() or [""])[0][:200]
+
+
+def emit_test(case_path: Path, case: Any, folder: Path, kernel: str, device: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / case_path.name
     if target.resolve() != case_path.resolve():
         shutil.copyfile(case_path, target)
     slug = "".join(c if c.isalnum() else "_" for c in case_path.stem)
     test = folder / f"test_{slug}.py"
-    message = str(case.failure.get("message", "")).replace('"""', "'''").splitlines()[0][:200] if case.failure else ""
+    message = _docstring_safe(str(case.failure.get("message") or case.failure.get("what") or "a failure"))
+    kernel_expr, kernel_doc = _kernel_expression(kernel, folder)
     test.write_text(TEST_TEMPLATE.format(case_name=case_path.name, slug=slug,
-                                         what=case.failure.get("what", "failure"), message=message))
+                                         message=message, kernel_expr=kernel_expr, kernel_doc=_docstring_safe(kernel_doc),
+                                         device=device, kernel_variable=KERNEL_VARIABLE,
+                                         device_variable=DEVICE_VARIABLE))
     return test

@@ -94,3 +94,52 @@ def test_triage_verdicts_compare_the_compiled_failure_with_an_interpreter_replay
     assert "all differ" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", other)
     kernel.write_text(kernel.read_text().replace(BUG[1], BUG[0]))  # now the interpreter agrees with the reference
     assert "reference = interpreter ≠ compiled" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", same)
+
+
+ALWAYS_WRONG = ("    slot_mapping.copy_(torch.from_numpy(out))",
+                "    out[:1] += 1  # every call's first slot is wrong\n    slot_mapping.copy_(torch.from_numpy(out))")
+
+
+def test_an_emitted_test_copied_with_its_kernel_elsewhere_passes_and_fails_as_the_original(cli, tmp_path):
+    """The emitted test replays the kernel and device `replay` was given (here not the
+    case's own kernel), by a path relative to the test file: copied with its kernel
+    into another folder and run from a third, it fails as the original does, and
+    passes once the copy's kernel is fixed while the original still fails."""
+    import os
+    import shutil
+
+    from blocktable.properties.case import Case
+    from blocktable.properties.examples import SPEC_EXAMPLES
+    from blocktable.properties.replay import slot_call
+
+    project = tmp_path / "project"
+    (project / "kernels").mkdir(parents=True)
+    source = (Path(__file__).resolve().parents[2] / "examples" / "numpy_slot_mapping.py").read_text()
+    assert source.count(ALWAYS_WRONG[0]) == 1
+    (project / "kernels" / "mine.py").write_text(source.replace(*ALWAYS_WRONG))
+    example = SPEC_EXAMPLES[0]
+    qsl, positions, table = example.inputs()
+    call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+    case = Case("slot-call", "reference", {"what": "slots", "message": "seen", "step": None}, call=call)
+    path = case.save(project / "cases")
+    code, out = cli("replay", str(path), "--kernel", f"{project / 'kernels' / 'mine.py'}:slot_mapping",
+                    "--device", "cpu", "--emit-test", str(project / "regressions"))
+    assert code == 1 and "wrote " in out, out
+    emitted = next((project / "regressions").glob("test_*.py")).read_text()
+    assert str(tmp_path) not in emitted and "'../kernels/mine.py'" in emitted and "DEVICE = 'cpu'" in emitted
+    assert "BLOCKTABLE_KERNEL" in emitted.split('"""')[1]  # the docstring names the variable
+    moved = tmp_path / "moved" / "deeper"
+    shutil.copytree(project, moved)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("BLOCKTABLE_KERNEL", "BLOCKTABLE_DEVICE")}
+    run = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "--import-mode=importlib",
+           str(project / "regressions"), str(moved / "regressions")]
+    before = subprocess.run(run, capture_output=True, text=True, cwd=elsewhere, env=env)
+    assert "2 failed" in before.stdout and "still fails" in before.stdout, before.stdout
+    mine = moved / "kernels" / "mine.py"
+    mine.write_text(mine.read_text().replace(ALWAYS_WRONG[1], ALWAYS_WRONG[0]))  # the fix, in the copy only
+    after = subprocess.run(run, capture_output=True, text=True, cwd=elsewhere, env=env)
+    assert "1 failed, 1 passed" in after.stdout, after.stdout
+    failed = [line for line in after.stdout.splitlines() if line.startswith("FAILED")]
+    assert len(failed) == 1 and "project/regressions" in failed[0], failed
