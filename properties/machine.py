@@ -105,17 +105,19 @@ def make_machine(kernel: SlotMappingFn, backend: Backend, worlds: st.SearchStrat
                 self.apply(op="step", query=query, pad=0)
 
         @precondition(lambda self: self.run.world.prefix_caching and self.run.live())
-        @rule(which=WHICH, length=strategies.prompt_parts()["length"], salt=strategies.prompt_parts()["salt"],
+        @rule(which=WHICH, length=strategies.next_turn_lengths(), salt=strategies.prompt_parts()["salt"],
               prefill=st.booleans())
         def next_turn(self, which: int, length: int, salt: int, prefill: bool) -> None:
             """A conversation's next turn: a request finishes, and a new one's prompt is
-            all its tokens and a few more, so it hits the blocks just freed (ref 0)."""
+            all its tokens and a few more (or none: the same prompt again, whose hit the
+            len - 1 rule holds back), so it hits the blocks just freed (ref 0)."""
             run = self.run
             live = run.live()  # a running request: its row is free for the next turn
             rid = live[which % len(live)]
             tokens = run.prompts.tokens[rid][:run.slots(rid)]
             self.apply(op="finish", request=rid, clear=False)
-            self._admit((tokens + noise(salt, max(1, length)))[:run.world.max_model_len], prefill)
+            self._admit((tokens + noise(salt, length if tokens else max(1, length)))[:run.world.max_model_len],
+                        prefill)
 
         @precondition(lambda self: self.run.world.prefix_caching
                       and len(self.run.prompts.seen) - self.run.prompts.seen_at_reset >= 2)

@@ -170,8 +170,8 @@ def _group_lists(cp_world_size: int, max_groups: int, small: bool) -> st.SearchS
     if not small or max_groups < 2:
         return one_or_more
     # Prefix-caching worlds: several groups half the time, where keys must name their
-    # group and hits must suit every group's block size.
-    return one_or_more
+    # group and a hit must suit every group's block size.
+    return st.one_of(one_or_more, st.lists(group_configs(cp_world_size, small), min_size=2, max_size=max_groups))
 
 
 @st.composite
@@ -255,6 +255,12 @@ def prompt_parts() -> dict[str, st.SearchStrategy]:
                 prefill=st.booleans())
 
 
+def next_turn_lengths() -> st.SearchStrategy[int]:
+    """How many tokens a conversation's next turn adds: often none or a few."""
+    return _NEXT_TURN_LENGTH
+
+
+_NEXT_TURN_LENGTH = st.sampled_from([0, 0, 1, 2, 5, 9, 17])
 _SOURCE = st.integers(0, 15)
 _CUT = st.sampled_from([0, 0, 1, 2, 3, 5, 8, 17, 33, 64])
 _EXTRA_LENGTH = st.sampled_from([0, 1, 2, 5, 9, 17, 33, 65, 129])
