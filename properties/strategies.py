@@ -112,6 +112,7 @@ from blocktable.reference import GroupLayout  # noqa: E402
 # afresh inside every draw costs more than the draw itself.
 _B = st.sampled_from([1, 2, 4, 8, 16])
 _B_SMALL = st.sampled_from([1, 2])  # prefix-caching worlds: blocks fill, and are hit, within short prompts
+_K_OVER_B_SMALL = st.sampled_from([1, 2, 3, 3, 4])  # block sizes that do not divide each other, often
 _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
 _PREFIX_CACHING = st.integers(0, 2)  # 0: a prefix-caching world
 PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"  # "0": none (the same draws, prefix caching off)
@@ -158,7 +159,7 @@ def group_configs(draw: st.DrawFn, cp_world_size: int, small: bool = False) -> G
     """One KV-cache group: B a power of two up to 16 (up to 2 if `small`), K = B * (1..4),
     sharded or replicated, and for sharded groups under DCP an interleave I | K, often > B."""
     B = draw(_B_SMALL if small else _B)
-    K = B * draw(_K_OVER_B)
+    K = B * draw(_K_OVER_B_SMALL if small else _K_OVER_B)
     sharded = draw(st.booleans()) if cp_world_size > 1 else True
     I = draw(_interleaves(K)) if sharded and cp_world_size > 1 else 1
     return GroupConfig(K, B, sharded, I)
