@@ -17,3 +17,16 @@ ci_setup() {
   python -m pip install --quiet -e '.[test]'
   python -m pip list 2>/dev/null | grep -iE '^(numpy|torch|triton|hypothesis|pytest|pytest-xdist|rich) '
 }
+
+# `ci_redis`: the Redis server from the OS packages, for the example-database tests
+# (each starts its own server on a free port); with BLOCKTABLE_REQUIRE_REDIS=1 they
+# fail rather than skip where it is missing.
+ci_redis() {
+  if ! command -v redis-server > /dev/null; then
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    $sudo apt-get update -q > /dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q redis-server > /dev/null
+  fi
+  export BLOCKTABLE_REQUIRE_REDIS=1
+}

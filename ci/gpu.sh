@@ -8,3 +8,8 @@ cd "$(dirname "$0")/.."
 ci_setup gpu
 export BLOCKTABLE_PROFILE=ci
 pytest -n auto
+# The fleet's saved failures of the compiled kernels, replayed read-only where its
+# example database is set (docs/fleet.md).
+if [ -n "${BLOCKTABLE_DATABASE:-}" ]; then
+  blocktable fuzz --examples 200 --jobs auto --database "$BLOCKTABLE_DATABASE" --database-readonly --out fleet-cases
+fi

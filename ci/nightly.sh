@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The nightly job (.github/workflows/nightly.yml) on one runner: the whole mutation
-# catalogue, then a 90-minute lockstep fuzzing run with the nightly profile; on the
-# GPU runner also 10 minutes of stateless fuzzing. Every part runs even when one
-# before it failed; the script fails if any did.
+# catalogue, then a 90-minute lockstep fuzzing run with the nightly profile on every
+# core; on the GPU runner also 10 minutes of stateless fuzzing. Every part runs
+# even when one before it failed; the script fails if any did.
 #
 #   bash ci/nightly.sh cpu|gpu [SEED]      results in nightly-<runner>/
 set -uo pipefail
@@ -15,9 +15,13 @@ ci_setup "$runner" || exit 1
 out="nightly-$runner"
 mkdir -p "$out"
 status=0
+# Every core fuzzes (--jobs auto); where the fleet's example database is set (a
+# secret; docs/fleet.md), every runner tries the others' failures first and saves
+# its own there. Worker i of a run has seed SEED + i: space the runs' seeds apart.
 blocktable mutants --budget 120 --json > "$out/mutants.json" || status=1
-blocktable fuzz --profile nightly --minutes 90 --seed "$seed" --out "$out/cases" || status=1
+blocktable fuzz --profile nightly --minutes 90 --jobs auto --seed "$((seed * 1000))" \
+  ${BLOCKTABLE_DATABASE:+--database "$BLOCKTABLE_DATABASE"} --out "$out/cases" || status=1
 if [ "$runner" = gpu ]; then
-  blocktable fuzz --stateless --minutes 10 --seed "$seed" --out "$out/cases" || status=1
+  blocktable fuzz --stateless --minutes 10 --jobs auto --seed "$((seed * 1000))" --out "$out/cases" || status=1
 fi
 exit $status

@@ -221,6 +221,7 @@ def fuzz_child(job: Job, send: Send) -> None:
     deadline = totals.start + 60 * job.minutes if job.minutes else None
     chunk_index = 0
     recorder = Recorder()
+    database = _database(job, backend)
     while True:
         if deadline is None:
             size = min(job.examples - totals.examples, profiles.MACHINE_BUDGET[job.profile][0])
@@ -232,10 +233,14 @@ def fuzz_child(job: Job, send: Send) -> None:
         hypothesis_seed(job.seed * 100003 + chunk_index)(machine)
         chunk_index += 1
         try:
-            run_state_machine_as_test(machine, settings=profiles.machine_settings(max_examples=size, database=None))
+            run_state_machine_as_test(machine, settings=profiles.machine_settings(max_examples=size, database=database))
         except BaseException as failure:  # noqa: BLE001 - whatever failed, it failed
             if isinstance(failure, KeyboardInterrupt):
                 raise
+            if type(failure).__module__.split(".")[0] == "redis":  # the shared database, not the kernel
+                journal.close()
+                send(Result("config-error", message=f"the example database {job.database} failed: {failure}"))
+                return
             totals.fold()
             if recorder.build_failed_at is not None:
                 totals.failed(recorder.build_failed_at, totals.examples + 1)
@@ -255,6 +260,18 @@ def fuzz_child(job: Job, send: Send) -> None:
         totals.fold()
     journal.close()
     send(Result("pass", device=backend.describe(), stats=totals.stats()))
+
+
+def _database(job: Job, backend: device.Backend) -> Any:
+    """The example database of this kernel on this device, or None. Every chunk
+    reads it first (Hypothesis's reuse phase): a failure another process saved
+    meanwhile is tried at the next chunk. The seed does not enter the key."""
+    if job.database is None:
+        return None
+    from blocktable.properties.database import DEFAULT_FOLDER, namespace, open_database
+
+    local = str(Path(job.out) / DEFAULT_FOLDER) if job.out else None
+    return open_database(job.database, namespace(job.kernel, _device_name(backend)), job.database_readonly, local)
 
 
 def replay_child(job: Job, send: Send) -> None:

@@ -35,6 +35,10 @@ class Job:
     verbose: bool = False  # replay: print every step; both: the whole exception chain in reports
     world: dict[str, Any] | None = None  # the crash shrinker's world, as JSON
     expect_root: str | None = None  # the mutation worker's mutated tree
+    # The Hypothesis example database fuzzing reads and writes (properties/database.py):
+    # a folder or redis:// URL; None: none. Read-only: read it, keep findings in `out`.
+    database: str | None = None
+    database_readonly: bool = False
 
 
 @dataclass

@@ -21,6 +21,7 @@ from typing import Any
 
 from blocktable.properties.messages import Job, Progress, Result, from_json, job_to_json
 from blocktable.properties.mutants import Mutant
+from blocktable.properties.workers import Placement
 
 SUBPACKAGES = ("reference", "kernels", "properties")
 
@@ -77,7 +78,12 @@ class Verdict:
         return asdict(self)
 
 
-def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto") -> Verdict:
+def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto",
+               place: Placement | None = None) -> Verdict:
+    """Fuzz one mutant in a fresh interpreter whose path puts the mutated copy first
+    (a spawned multiprocessing child would import the installed package: it
+    re-imports the parent's main module). `place`: the fuzz workers' placement
+    (properties/workers.py), its threads and core."""
     verdict = Verdict(mutant.id, mutant.layer, mutant.imitates, killed=None, equivalent=mutant.equivalent)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as scratch:
@@ -86,10 +92,16 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
         job = Job(mutant.kernel, device=device, minutes=budget / 60, seed=seed, profile="ci",
                   out=str(Path(scratch) / "cases"), journal=str(Path(scratch) / "journal.jsonl"),
                   expect_root=str(root))
-        env = {**os.environ, "PYTHONPATH": str(root), "BLOCKTABLE_PROFILE": "ci", **mutant.env}
+        env = {**os.environ, **(place.env if place else {}), "PYTHONPATH": str(root), "BLOCKTABLE_PROFILE": "ci",
+               **mutant.env}
         process = subprocess.Popen([sys.executable, "-m", "blocktable.properties.mutation_worker",
                                     json.dumps(job_to_json(job))],
                                    cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if place is not None and place.core is not None:
+            try:  # at once, before the worker starts threads of its own (they inherit it)
+                os.sched_setaffinity(process.pid, {place.core})
+            except (AttributeError, OSError):
+                pass
         messages = []
         try:
             out, err = process.communicate(timeout=budget + 300)  # shrinking may outlast the budget

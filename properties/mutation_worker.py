@@ -17,6 +17,9 @@ def main() -> None:
     if root not in Path(blocktable.__file__).resolve().parents:
         raise SystemExit(f"mutation worker imported {blocktable.__file__}, not the mutated tree under {root}")
     from blocktable.properties.engine import fuzz_child
+    from blocktable.properties.workers import one_thread
+
+    one_thread()  # mutants run side by side, one core's worth each (properties/workers.py)
 
     def send(message: Message) -> None:
         print(json.dumps(to_json(message), default=str), flush=True)

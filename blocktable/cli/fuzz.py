@@ -15,8 +15,8 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, add_kernel_and_device, console, crash_case,
-                                   make_folder, normalize_kernel, render_crash, replay_attempt, usage_error,
+from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, add_kernel_and_device, check_folder, console,
+                                   crash_case, make_folder, normalize_kernel, render_crash, replay_attempt, usage_error,
                                    whole_run_text, write_case)
 from blocktable.properties import messages
 from blocktable.properties.messages import Failure, Job, Log, Message, Result, Stats
@@ -40,6 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
     p.add_argument("--verbose", action="store_true",
                    help="reports show the whole exception chain of a kernel that raised")
+    p.add_argument("--jobs", default="1", metavar="N|auto",
+                   help="fuzzing processes at once, seeds SEED, SEED+1, ... (default 1; auto: the usable cores, "
+                        "less one on a GPU host)")
+    p.add_argument("--database", metavar="PATH|redis://HOST:PORT/N",
+                   help="the Hypothesis example database every process reads first and saves failures to "
+                        "(default: a folder under --out); see docs/fleet.md")
+    p.add_argument("--database-readonly", action="store_true",
+                   help="read --database without writing to it (pull-request runs); findings stay under --out")
     p.set_defaults(run=run)
 
 
@@ -57,21 +65,96 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--minutes must be a number > 0, got {args.minutes}")
     if not (args.shrink_seconds >= 0 and math.isfinite(args.shrink_seconds)):
         raise UsageError(f"--shrink-seconds must be a number >= 0, got {args.shrink_seconds}")
+    if args.database_readonly and args.database is None:
+        raise UsageError("--database-readonly needs --database: the shared database to read")
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    from blocktable.properties.workers import parse_jobs
+
+    def gpu_host() -> bool:
+        import torch
+
+        return args.device != "cpu" and torch.cuda.is_available()
+
+    try:
+        return parse_jobs(args.jobs, gpu_host)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _database(args: argparse.Namespace) -> str:
+    """The --database to give the workers, checked (a Redis server must answer)."""
+    from blocktable.properties.database import DEFAULT_FOLDER, check, check_reachable, is_redis
+
+    if args.database is None:
+        return str((args.out / DEFAULT_FOLDER).absolute())
+    try:
+        spec = check(args.database)
+        if is_redis(spec):
+            check_reachable(spec)
+            return spec
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not args.database_readonly:
+        check_folder(Path(spec), "--database")
+    return str(Path(spec).absolute())
 
 
 def _run(args: argparse.Namespace) -> int:
     from blocktable.properties import profiles
-    from blocktable.properties.child import run_in_child
 
     _check(args)
     kernel = normalize_kernel(args.kernel)
+    jobs = _jobs(args)
+    database = _database(args)
     examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
     made = make_folder(args.out, "--out")
     journal = args.out / "journal.jsonl"
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
-              profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose)
+              profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
+              database=database, database_readonly=args.database_readonly)
     target = "blocktable.properties.stateless:stateless_child" if args.stateless else \
         "blocktable.properties.engine:fuzz_child"
+    start = time.monotonic()
+    workers = None
+    if jobs > 1:
+        from blocktable.cli import fuzz_workers
+
+        workers = fuzz_workers.run(target, job, jobs, args.out, kernel, _detail)
+        result, latest = workers.result, workers.total
+        if result is None:  # a worker died: its journal has the fatal step
+            fuzz_workers.remove_journals(workers, keep=workers.ended_by)
+            died = workers.ended_by or 0
+            console.print(f"worker {died + 1} (seed {workers.jobs[died].seed}) died; the others were stopped")
+            return _crashed(args, workers.jobs[died], Path(workers.jobs[died].journal or journal),
+                            workers.outcomes[died].exitcode)
+        fuzz_workers.remove_journals(workers)
+    else:
+        result, exitcode, latest = _run_one(args, kernel, job, target, examples)
+        if result is None:  # the child died: the journal has the fatal step
+            return _crashed(args, job, journal, exitcode)
+    _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
+    if result.status == "config-error":
+        return usage_error("fuzz", result.message)
+    _summary(kernel, args, latest, result, time.monotonic() - start, workers)
+    if result.status == "pass" or result.failure is None:
+        console.print("[green]no discrepancy found[/]")
+        return EXIT_PASS
+    report = _confirm_and_save(result.failure, kernel, args.device)
+    console.print(report, markup=False, soft_wrap=True)
+    triage = _triage(result.failure, args)
+    if triage:
+        console.print(f"  triage: {triage}", markup=False, soft_wrap=True)
+    console.print(f"case file: {result.failure.case}", soft_wrap=True)
+    return EXIT_FAIL
+
+
+def _run_one(args: argparse.Namespace, kernel: str, job: Job, target: str,
+             examples: int) -> tuple[Result | None, int | None, Stats]:
+    """One child behind one progress line: its result (None if it died), exit code
+    and last stats."""
+    from blocktable.properties.child import run_in_child
 
     latest = Stats()
     total = args.minutes * 60 if args.minutes else examples
@@ -95,7 +178,6 @@ def _run(args: argparse.Namespace) -> int:
             done = latest.elapsed if args.minutes else latest.examples
             progress.update(task, completed=done, detail=_detail(latest))
 
-    start = time.monotonic()
     try:
         outcome = run_in_child(target, job, on_message)
         result = outcome.result
@@ -105,22 +187,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-    if result is None:  # the child died: the journal has the fatal step
-        return _crashed(args, job, journal, outcome.exitcode)
-    _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
-    if result.status == "config-error":
-        return usage_error("fuzz", result.message)
-    _summary(kernel, args, latest, result, time.monotonic() - start)
-    if result.status == "pass" or result.failure is None:
-        console.print("[green]no discrepancy found[/]")
-        return EXIT_PASS
-    report = _confirm_and_save(result.failure, kernel, args.device)
-    console.print(report, markup=False, soft_wrap=True)
-    triage = _triage(result.failure, args)
-    if triage:
-        console.print(f"  triage: {triage}", markup=False, soft_wrap=True)
-    console.print(f"case file: {result.failure.case}", soft_wrap=True)
-    return EXIT_FAIL
+    return result, outcome.exitcode, latest
 
 
 def _remove_journal(journal: Path, made: Path | None, keep_folder: bool) -> None:
@@ -257,16 +324,25 @@ def _detail(stats: Stats) -> str:
             f"{len(stats.events)} kinds of event reached")
 
 
-def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result, elapsed: float) -> None:
+def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result, elapsed: float,
+             workers: Any = None) -> None:
+    """The run's totals; with several workers, the totals of all, then each one's."""
     table = Table(title="blocktable fuzz", show_header=False)
     table.add_column("what")
     table.add_column("value")
     table.add_row("kernel", kernel)
     table.add_row("device", result.device or args.device)
-    table.add_row("profile / seed", f"{args.profile} / {args.seed}")
+    if workers is None:
+        table.add_row("profile / seed", f"{args.profile} / {args.seed}")
+    else:
+        seeds = [job.seed for job in workers.jobs]
+        table.add_row("profile / seeds", f"{args.profile} / {seeds[0]}-{seeds[-1]}")
+        table.add_row("workers", str(len(workers.jobs)))
     if stats.tokens is not None:
         table.add_row("batches / tokens checked", f"{stats.batches} / {stats.tokens:,}")
-        table.add_row("tokens/s", f"{stats.tokens / max(elapsed, 1e-9):,.0f}")
+        # Several workers: over the longest worker's fuzzing time, as each worker's rate.
+        seconds = stats.elapsed if workers is not None and stats.elapsed else elapsed
+        table.add_row("tokens/s", f"{stats.tokens / max(seconds, 1e-9):,.0f}")
     else:
         steps, busy = stats.steps, stats.steps_with_tokens
         seconds = max(stats.elapsed or elapsed, 1e-9)
@@ -282,6 +358,10 @@ def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result
     table.add_row("elapsed", f"{elapsed:.1f} s")
     table.add_row("result", "[green]pass[/]" if result.status == "pass" else "[red]discrepancy[/]")
     console.print(table)
+    if workers is not None:
+        from blocktable.cli.fuzz_workers import worker_table
+
+        console.print(worker_table(workers))
 
 
 def _triage(failure: Failure, args: argparse.Namespace) -> str | None:

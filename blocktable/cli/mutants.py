@@ -7,15 +7,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from queue import Queue
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, usage_error
 from blocktable.properties.report import label_poison
+from blocktable.properties.workers import Placement, parse_jobs, placements, visible_gpus
 from blocktable.device import CHOICES
 
 
@@ -25,7 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", nargs="+", metavar="ID", help="run only these mutants (ids, or a layer name)")
     p.add_argument("--budget", type=float, default=120.0, metavar="SECONDS",
                    help="fuzzing time per mutant before it counts as surviving (default 120)")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="mutants run at once (default: the cores)")
+    p.add_argument("--jobs", default="auto", metavar="N|auto",
+                   help="mutants run at once, one single-threaded process each (default auto: the usable cores, "
+                        "less one on a GPU host)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", choices=CHOICES)
     p.add_argument("--include-equivalent", action="store_true", help="also run the mutants marked equivalent")
@@ -50,16 +53,31 @@ def run(args: argparse.Namespace) -> int:
         chosen = [m for m in CATALOGUE if m.id in args.only or m.layer in args.only]
     if not (args.budget > 0 and math.isfinite(args.budget)):
         return usage_error("mutants", f"--budget must be a number of seconds > 0, got {args.budget}")
-    if args.jobs < 1:
-        return usage_error("mutants", f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        jobs = parse_jobs(args.jobs, lambda: args.device != "cpu" and _cuda())
+    except ValueError as e:
+        return usage_error("mutants", str(e))
+    # The fuzz workers' placement: one thread per library, a core each while there
+    # are no more mutants at once than cores, the GPUs in turn. A mutant runs where
+    # a slot is free; its slot's placement goes with it.
+    slots: Queue[Placement] = Queue()
+    for place in placements(jobs, visible_gpus(args.device)):
+        slots.put(place)
+
+    def run_placed(mutant):
+        place = slots.get()
+        try:
+            return run_mutant(mutant, args.budget, args.seed, args.device, place)
+        finally:
+            slots.put(place)
     to_run = [m for m in chosen if args.include_equivalent or not m.equivalent]
     verdicts: dict[str, Verdict] = {m.id: Verdict(m.id, m.layer, m.imitates, None, equivalent=m.equivalent)
                                     for m in chosen if m not in to_run}
     with Progress(TextColumn("[bold]mutants"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
                   TimeElapsedColumn(), console=console, disable=args.json or args.markdown) as progress:
         task = progress.add_task("mutants", total=len(to_run), last="")
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {pool.submit(run_mutant, m, args.budget, args.seed, args.device): m for m in to_run}
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(run_placed, m): m for m in to_run}
             for future in as_completed(futures):
                 verdict = future.result()
                 verdicts[verdict.id] = verdict
@@ -75,6 +93,12 @@ def run(args: argparse.Namespace) -> int:
         console.print(verdict_table(ordered), soft_wrap=True)
         console.print(summary_line(ordered))
     return EXIT_FAIL if survivors else EXIT_PASS
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _kill_cells(v) -> tuple[str, str, str]:
