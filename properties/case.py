@@ -6,7 +6,9 @@ again in a fresh process before the file was written, and provenance. Two kinds:
 
 - "lockstep": a WorldConfig and a list of steps for properties.lockstep.Lockstep;
 - "slot-call": one stateless slot-mapping call (config, query_start_loc,
-  positions, block table, Tmax) with the reference's expected output.
+  positions, block table, Tmax) with the reference's expected output;
+- "kv-call": one call of a KV kernel (docs/contract.md §9; properties/kv_calls.py
+  says what it holds); `kernel` is the KV plug-in under test.
 
 A failure that did not repeat in a fresh process also keeps the whole run that
 found it (`whole_run`): the contract examples and every lockstep program the
@@ -37,7 +39,7 @@ from blocktable.properties.world import WorldConfig
 FORMAT = "blocktable-case"
 VERSION = 2
 READABLE = (1, 2)  # version 1: no confirmation and no whole run
-KINDS = ("lockstep", "slot-call")
+KINDS = ("lockstep", "slot-call", "kv-call")
 CALL_CONFIG = ("kv_block_size", "kernel_block_size", "cp_world_size", "cp_rank", "cp_interleave")
 
 
@@ -213,6 +215,13 @@ def _validated(data: Any) -> Case:
         if step is not None and step >= len(case.program):
             raise CaseError(f"the failure is at step {step + 1} but 'program' has {len(case.program)} steps "
                             f"(truncated or edited?)")
+    elif kind == "kv-call":
+        from blocktable.properties.kv_calls import check_call
+
+        try:
+            case.call = check_call(_require(data, "call", lambda v: isinstance(v, dict), "an object (the call)"))
+        except ValueError as e:
+            raise CaseError(str(e)) from None
     else:
         case.call = _call(_require(data, "call", lambda v: isinstance(v, dict), "an object (the call)"))
     whole = data.get("whole_run") if version >= 2 else None

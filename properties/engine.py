@@ -43,8 +43,8 @@ def replay_command(case_path: Path, kernel: str, device_name: str) -> str:
     return f"blocktable replay {case_path} --kernel {kernel} --device {device_name}"
 
 
-def prepare(job: Job, send: Send) -> tuple[device.Backend, Any] | None:
-    """The child's device, profile and kernel; None (a config-error result sent) on failure."""
+def prepare_backend(job: Job, send: Send) -> device.Backend | None:
+    """The child's device and profile; None (a config-error result sent) on failure."""
     fault.exit_on_device_faults()
     try:
         backend = device.select(job.device)
@@ -54,13 +54,33 @@ def prepare(job: Job, send: Send) -> tuple[device.Backend, Any] | None:
     os.environ[profiles.PROFILE_VARIABLE] = job.profile
     profiles.register_and_load()
     profiles.collect_less()
+    return backend
+
+
+def prepare(job: Job, send: Send, kv_kind: str | None = None) -> tuple[device.Backend, Any] | None:
+    """The child's device, profile and kernel; None (a config-error result sent) on failure.
+    `kv_kind` ("write", "copy", "gather"): `job.kernel` names a KV kernel of that kind
+    (a "kv-call" case's), not a slot-mapping kernel."""
+    backend = prepare_backend(job, send)
+    if backend is None:
+        return None
     try:
-        kernel = plugin.load(job.kernel, harness_kernels())
+        kernel = plugin.load_kv(kv_kind, job.kernel) if kv_kind else plugin.load(job.kernel, harness_kernels())
     except plugin.PluginError as e:
         # An import that raised: say where in the plug-in's file, on the one line.
         send(Result("config-error", message=str(e) + (where_text(e.__cause__) if e.__cause__ else "")))
         return None
     return backend, kernel
+
+
+def prepare_kv(job: Job, send: Send) -> plugin.KVKernels | None:
+    """The job's three KV kernels (ours where it names none); None (a config-error
+    result sent) when one cannot be loaded."""
+    try:
+        return plugin.load_kv_kernels(job.kv_write, job.kv_copy, job.kv_gather)
+    except plugin.PluginError as e:
+        send(Result("config-error", message=str(e) + (where_text(e.__cause__) if e.__cause__ else "")))
+        return None
 
 
 def kernel_files(kernel: Any) -> list[str]:
@@ -76,6 +96,10 @@ def _device_name(backend: device.Backend) -> str:
 
 def case_config(case: Case) -> str:
     """The case's world or call, one line, as reports show it."""
+    if case.kind == "kv-call":
+        from blocktable.properties.kv_calls import call_text as kv_call_text
+
+        return kv_call_text(case.call or {})
     return case.world.describe() if case.world else call_text(case.call or {})
 
 
@@ -108,7 +132,8 @@ def describe_failure(case: Case, outcome: Outcome, backend: device.Backend, case
                    config=case_config(case), step=outcome.failed_step, program_steps=len(case.program),
                    case=str(case_path), report=report_failure(case, outcome, backend, case_path, title, kernel, verbose),
                    error=f"{type(error).__name__}: {error}" if error is not None else "",
-                   first=slot_mismatch(error), call=(case.call or {}).get("name") if case.kind == "slot-call" else None)
+                   first=slot_mismatch(error),
+                   call=(case.call or {}).get("name") if case.kind in ("slot-call", "kv-call") else None)
 
 
 def send_failure(send: Send, case: Case, outcome: Outcome, backend: device.Backend, out: Path, stats: Stats,
@@ -277,7 +302,7 @@ def _database(job: Job, backend: device.Backend) -> Any:
 def replay_child(job: Job, send: Send) -> None:
     """Replay one case (a file, or its JSON before the file is written); a "pass" or
     "fail" result with the failure. With `job.whole_run`, the case's whole run instead."""
-    ready = prepare(job, send)
+    ready = prepare(job, send, kv_kind=_kv_kind(job))
     if ready is None:
         return
     backend, kernel = ready
@@ -310,6 +335,10 @@ def replay_child(job: Job, send: Send) -> None:
         journal = None
     if case.kind == "slot-call":
         outcome = run_slot_call(case.call or {}, kernel, backend)
+    elif case.kind == "kv-call":
+        from blocktable.properties.kv_calls import run_kv_call
+
+        outcome = run_kv_call(case.call or {}, kernel, backend.device)
     else:
         def step_hook(i: int, step: dict[str, Any]) -> None:
             show(i, step)
@@ -323,6 +352,22 @@ def replay_child(job: Job, send: Send) -> None:
         return
     send(Result("fail", device=backend.describe(),
                 failure=describe_failure(case, outcome, backend, case_path, kernel=kernel, verbose=job.verbose)))
+
+
+def _kv_kind(job: Job) -> str | None:
+    """The op of a "kv-call" case (its kernel is a KV kernel of that kind), else None.
+    Read before the case is checked: the kernel is loaded first. A file that cannot
+    be read is None here and reported when the case is loaded."""
+    data = job.case_data
+    if data is None and job.case:
+        try:
+            data = json.loads(Path(job.case).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+    if isinstance(data, dict) and data.get("kind") == "kv-call" and isinstance(data.get("call"), dict):
+        op = data["call"].get("op")
+        return op if op in plugin.KV_KINDS else None
+    return None
 
 
 def _replay_whole_run(job: Job, case: Case, case_path: Path, kernel: Any, backend: device.Backend,

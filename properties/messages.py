@@ -39,6 +39,11 @@ class Job:
     # a folder or redis:// URL; None: none. Read-only: read it, keep findings in `out`.
     database: str | None = None
     database_readonly: bool = False
+    # The KV kernels (docs/contract.md §9) under test beside the slot-mapping kernel:
+    # a plug-in spec each; None: ours.
+    kv_write: str | None = None
+    kv_copy: str | None = None
+    kv_gather: str | None = None
 
 
 @dataclass

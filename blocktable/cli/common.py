@@ -53,24 +53,43 @@ def add_kernel_and_device(parser: argparse.ArgumentParser, kernel_default: str |
                         help="where kernels run: auto (GPU if present), cpu (Triton interpreter), cuda")
 
 
-def normalize_kernel(spec: str) -> str:
-    """File plug-ins become absolute paths, so a case file replays from anywhere."""
+def normalize_kernel(spec: str, names: list[str] | None = None, noun: str = "kernel") -> str:
+    """File plug-ins become absolute paths, so a case file replays from anywhere.
+    `names` and `noun`: another kind's built-in names and how messages call it."""
+    names = kernel_names() if names is None else names
     where, colon, name = spec.rpartition(":")
     if colon and where.endswith(".py"):
         path = Path(where)
         if path.is_dir():
-            raise UsageError(f"kernel file {where} is a folder, not a file")
+            raise UsageError(f"{noun} file {where} is a folder, not a file")
         if not path.is_file():
-            raise UsageError(f"kernel file {where} does not exist")
+            raise UsageError(f"{noun} file {where} does not exist")
         if not name:
-            raise UsageError(f"kernel {spec!r} names no function after the colon")
+            raise UsageError(f"{noun} {spec!r} names no function after the colon")
         return f"{path.resolve()}:{name}"
     if not colon and spec.endswith(".py"):
-        raise UsageError(f"kernel {spec!r} names a file but no function: write {spec}:FUNCTION")
-    if not colon and spec not in kernel_names():  # said here, before a process starts
-        raise UsageError(f"unknown kernel {spec!r}: use one of {', '.join(kernel_names())}, "
+        raise UsageError(f"{noun} {spec!r} names a file but no function: write {spec}:FUNCTION")
+    if not colon and spec not in names:  # said here, before a process starts
+        raise UsageError(f"unknown {noun} {spec!r}: use one of {', '.join(names)}, "
                          f"MODULE:FUNCTION or path/to/file.py:FUNCTION")
     return spec
+
+
+def normalize_kv(kind: str, spec: str) -> str:
+    """normalize_kernel for a KV kernel of `kind` ("write", "copy", "gather")."""
+    from blocktable.plugin import KV_CONTRACTS, builtin_kv_kernels
+
+    return normalize_kernel(spec, list(builtin_kv_kernels(kind)), KV_CONTRACTS[kind].noun)
+
+
+def add_kv_kernels(parser: argparse.ArgumentParser) -> None:
+    """--kv-write, --kv-copy, --kv-gather: the KV kernels under test (docs/contract.md §9)."""
+    from blocktable.plugin import KV_CONTRACTS
+
+    for kind, contract in KV_CONTRACTS.items():
+        parser.add_argument(f"--kv-{kind}", metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
+                            help=f"the {contract.noun} under test (default: ours, triton; or torch, or a plug-in: "
+                                 f"see docs/plugins.md)")
 
 
 def check_folder(path: Path, flag: str) -> None:
@@ -131,8 +150,12 @@ def crash_case(journal: Path, exitcode: int | None) -> tuple[Any, str, str]:
             "unknown"
     if header.get("kind") == "stateless-batch":
         return None, stateless_crash(header, exitcode), header.get("device", "unknown")
-    if header.get("kind") == "slot-call":
-        case = Case("slot-call", header["kernel"], {}, call=header["call"])
+    if header.get("kind") == "kv-stateless-batch":
+        from blocktable.properties.kv_stateless import kv_stateless_crash
+
+        return None, kv_stateless_crash(header, exitcode), header.get("device", "unknown")
+    if header.get("kind") in ("slot-call", "kv-call"):
+        case = Case(header["kind"], header["kernel"], {}, call=header["call"])
     else:
         case = Case("lockstep", header["kernel"], {}, world=WorldConfig.from_json(header["world"]),
                     program=steps)
@@ -161,8 +184,8 @@ def describe_crash(case: Any, exitcode: int | None) -> str:
 
     how = describe_exit(exitcode)
     steps = case.program
-    if case.kind == "slot-call":
-        where = f"while running {(case.call or {}).get('name', 'a slot-mapping call')}"
+    if case.kind in ("slot-call", "kv-call"):
+        where = f"while running {(case.call or {}).get('name', 'a stateless call')}"
     else:
         where = f"during step {len(steps)}" if steps else "while building the world"
     case.failure = {"what": "crash", "message": f"the process {how} {where}", "step": len(steps) - 1 if steps else None}
@@ -170,11 +193,10 @@ def describe_crash(case: Any, exitcode: int | None) -> str:
 
 
 def render_crash(case: Any, message: str, path: Path, device: str, device_choice: str) -> str:
-    from blocktable.properties.engine import call_text, replay_command
+    from blocktable.properties.engine import case_config, replay_command
     from blocktable.properties.report import render
 
-    return render(kernel=case.kernel, device=device, error=None,
-                  config_text=case.world.describe() if case.world else call_text(case.call or {}),
+    return render(kernel=case.kernel, device=device, error=None, config_text=case_config(case),
                   program=case.program if case.kind == "lockstep" else None,
                   failed_step=case.failure.get("step"), replay_command=replay_command(path, case.kernel, device_choice),
                   title=f"blocktable: {message}")

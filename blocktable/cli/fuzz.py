@@ -15,9 +15,9 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, add_kernel_and_device, check_folder, console,
-                                   crash_case, make_folder, normalize_kernel, render_crash, replay_attempt, usage_error,
-                                   whole_run_text, write_case)
+from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, add_kernel_and_device, add_kv_kernels,
+                                   check_folder, console, crash_case, make_folder, normalize_kernel, normalize_kv,
+                                   render_crash, replay_attempt, usage_error, whole_run_text, write_case)
 from blocktable.properties import messages
 from blocktable.properties.messages import Failure, Job, Log, Message, Result, Stats
 
@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fuzz", help="fuzz a slot-mapping kernel and the block-table stack against the reference",
                        description=__doc__)
     add_kernel_and_device(p)
+    add_kv_kernels(p)
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--examples", type=int, metavar="N", help="lockstep examples to run (default: the profile's)")
     budget.add_argument("--minutes", type=float, metavar="M", help="fuzz for M minutes instead")
@@ -34,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("blocktable-cases"),
                    help="folder for case files and the crash journal (default ./blocktable-cases)")
     p.add_argument("--stateless", action="store_true",
-                   help="batched stateless fuzzing of the slot-mapping kernel alone (see docs/cli.md)")
+                   help="batched stateless fuzzing of the slot-mapping kernel alone, or with --kv-*, of each KV "
+                        "kernel named (see docs/cli.md)")
     p.add_argument("--shrink-seconds", type=float, default=120, metavar="S",
                    help="when the kernel kills its process, spend up to S seconds replaying smaller "
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
@@ -106,6 +108,11 @@ def _run(args: argparse.Namespace) -> int:
 
     _check(args)
     kernel = normalize_kernel(args.kernel)
+    kv = {kind: normalize_kv(kind, getattr(args, f"kv_{kind}")) for kind in ("write", "copy", "gather")
+          if getattr(args, f"kv_{kind}") is not None}
+    kv_text = "; ".join(f"kv-{kind} {spec}" for kind, spec in kv.items())
+    # What the progress line and the summary name: the kernels under test.
+    shown = kv_text if args.stateless and kv else "; ".join(filter(None, [kernel, kv_text]))
     jobs = _jobs(args)
     database = _database(args)
     examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
@@ -113,15 +120,20 @@ def _run(args: argparse.Namespace) -> int:
     journal = args.out / "journal.jsonl"
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
-              database=database, database_readonly=args.database_readonly)
-    target = "blocktable.properties.stateless:stateless_child" if args.stateless else \
-        "blocktable.properties.engine:fuzz_child"
+              database=database, database_readonly=args.database_readonly,
+              **{f"kv_{kind}": spec for kind, spec in kv.items()})
+    if args.stateless and kv:  # the KV kernels named, each alone (properties/kv_stateless.py)
+        target = "blocktable.properties.kv_stateless:kv_stateless_child"
+    elif args.stateless:
+        target = "blocktable.properties.stateless:stateless_child"
+    else:
+        target = "blocktable.properties.engine:fuzz_child"
     start = time.monotonic()
     workers = None
     if jobs > 1:
         from blocktable.cli import fuzz_workers
 
-        workers = fuzz_workers.run(target, job, jobs, args.out, kernel, _detail)
+        workers = fuzz_workers.run(target, job, jobs, args.out, shown, _detail)
         result, latest = workers.result, workers.total
         if result is None:  # a worker died: its journal has the fatal step
             fuzz_workers.remove_journals(workers, keep=workers.ended_by)
@@ -131,17 +143,18 @@ def _run(args: argparse.Namespace) -> int:
                             workers.outcomes[died].exitcode)
         fuzz_workers.remove_journals(workers)
     else:
-        result, exitcode, latest = _run_one(args, kernel, job, target, examples)
+        result, exitcode, latest = _run_one(args, shown, job, target, examples)
         if result is None:  # the child died: the journal has the fatal step
             return _crashed(args, job, journal, exitcode)
     _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
     if result.status == "config-error":
         return usage_error("fuzz", result.message)
-    _summary(kernel, args, latest, result, time.monotonic() - start, workers)
+    _summary(shown, args, latest, result, time.monotonic() - start, workers)
     if result.status == "pass" or result.failure is None:
         console.print("[green]no discrepancy found[/]")
         return EXIT_PASS
-    report = _confirm_and_save(result.failure, kernel, args.device)
+    # A KV case names the KV kernel it failed on: that is what replays it.
+    report = _confirm_and_save(result.failure, (result.failure.case_data or {}).get("kernel") or kernel, args.device)
     console.print(report, markup=False, soft_wrap=True)
     triage = _triage(result.failure, args)
     if triage:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, Attempt, UsageError, add_kernel_and_device,
-                                   check_folder, console, normalize_kernel, replay_case, usage_error, whole_run_text)
+                                   check_folder, console, normalize_kernel, normalize_kv, replay_case, usage_error,
+                                   whole_run_text)
 
 VERBOSE_VARIABLE = "BLOCKTABLE_VERBOSE"
 # An emitted test replays with the kernel it was emitted for, unless these say otherwise.
@@ -48,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         case = load(args.case)  # checked against its schema before anything runs
-        kernel = normalize_kernel(args.kernel or case.kernel)
+        spec = args.kernel or case.kernel
+        # A kv-call case's kernel is a KV kernel of the call's op (--kernel replaces it).
+        kernel = normalize_kv(case.call["op"], spec) if case.kind == "kv-call" else normalize_kernel(spec)
         if args.emit_test is not None:
             check_folder(args.emit_test, "--emit-test")
     except (ValueError, UsageError) as e:

@@ -58,6 +58,7 @@ FILES = {
     "nokernel.json": edited(lambda d: d.pop("kernel")),
     "badstep.json": edited(lambda d: d["failure"].update(step="last")),
     "badcall.json": edited(lambda d: d.update(kind="slot-call", call={"name": "c"})),
+    "badkvcall.json": edited(lambda d: d.update(kind="kv-call", call={"op": "write"})),
     "good.json": json.dumps(valid_case()),
     "raises_on_import.py": "import numpy\n\nX = undefined_name + 1\n",
     "syntax_error.py": "def slot_mapping(a, b, c, d, **kw)\n    pass\n",
@@ -80,6 +81,17 @@ USAGES = [
     (["fuzz", "--kernel", ":fn"], "kernel ':fn' names no module before the colon"),
     (["fuzz", "--kernel", "raises_on_import.py:slot_mapping"], "NameError: name 'undefined_name' is not defined (at "),
     (["fuzz", "--kernel", "syntax_error.py:slot_mapping"], "SyntaxError"),
+    # fuzz: the KV kernels (checked here, or when the child loads them)
+    (["fuzz", "--kv-write", "nope"], "unknown kv-write kernel 'nope': use one of triton, torch, MODULE:FUNCTION"),
+    (["fuzz", "--kv-copy", "missing.py:fn"], "kv-copy kernel file missing.py does not exist"),
+    (["fuzz", "--kv-gather", "folder.py:fn"], "kv-gather kernel file folder.py is a folder"),
+    (["fuzz", "--kv-gather", "kernel.py"], "kv-gather kernel 'kernel.py' names a file but no function"),
+    (["fuzz", "--stateless", "--kv-write", "kernel.py:slot_mapping"],
+     "kernel.py:slot_mapping does not follow the plug-in contract: it takes 4 positional arguments, the contract "
+     "passes 5"),
+    (["fuzz", "--stateless", "--kv-copy", "kernel.py:nothing"], "kernel.py has no function 'nothing'"),
+    (["fuzz", "--stateless", "--kv-gather", "raises_on_import.py:gather"],
+     "NameError: name 'undefined_name' is not defined (at "),
     # fuzz: the budget and the rest
     (["fuzz", "--examples", "0"], "--examples must be >= 1, got 0"),
     (["fuzz", "--examples", "-3"], "--examples must be >= 1, got -3"),
@@ -118,6 +130,7 @@ USAGES = [
     (["replay", "nokernel.json"], "case file nokernel.json: 'kernel' is missing"),
     (["replay", "badstep.json"], "'failure.step' must be a step index (an integer >= 0) or null, not 'last'"),
     (["replay", "badcall.json"], "case file badcall.json: call: 'config' is missing"),
+    (["replay", "badkvcall.json"], "case file badkvcall.json: call: 'layout' is missing"),
     (["replay", "good.json", "--emit-test", "afile"], "--emit-test afile is a file, not a folder"),
     (["replay", "good.json", "--repeat", "0"], "argument --repeat: must be >= 1, got 0"),
     (["replay", "good.json", "--kernel", "nope"], "unknown kernel 'nope'"),

@@ -93,4 +93,5 @@ def test_gathered_rows_decode_to_row_head_dim(dtype):
     with pytest.raises(Discrepancy) as caught:
         compare_gathered("out_key", expected, actual, rows=lambda i: f"request 2 local index {i - 4}")
     assert caught.value.index == (5, 2, 1)
-    assert "1 of 84 elements differ (in rows 5); first at row 5 (request 2 local index 1), head 2, dim 1" in str(caught.value)
+    text = str(caught.value)
+    assert "1 of 84 elements differ (in rows 5); first at row 5 (request 2 local index 1), head 2, dim 1" in text
