@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from blocktable.checks import data_checks
-from blocktable.device import to_host
+from blocktable.device import to_host, upload
 from blocktable.oracle import Reads, poison_value
 from blocktable.properties import events
 from blocktable.properties.compare import Discrepancy, assert_arrays_equal, check_slot_mapping, same_values
@@ -42,6 +42,7 @@ class ReadBack:
     handed: list[np.ndarray]  # the guarded bytes each group's calls were handed, as the kernel left them
     padded: list[np.ndarray]  # the rows pad_for_cuda_graph returned
     reads: list[np.ndarray]  # the data read back, [ranks, reads]
+    kv: list[np.ndarray]  # in a world with KV caches: each group's cache memory and gathered keys and values
 
     @classmethod
     def fetch(cls, **parts: list[torch.Tensor]) -> "ReadBack":
@@ -61,17 +62,19 @@ class LaunchedReads:
     tensors: list[torch.Tensor]
 
 
-def launch_and_check(run: "Lockstep", qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor, N: int,
+def launch_and_check(run: "Lockstep", qsl: np.ndarray, positions: np.ndarray, values: np.ndarray, N: int,
                      written: dict[int, int], padded: Padded) -> tuple[ReadBack, LaunchedReads]:
     """Launch the step's device work, bring it back, and check every group's guards
     and slot mappings. `written`: each scheduled request's length after the step."""
     back = None
     try:
-        calls = launch_groups(run, qsl, positions, values, N)
+        sent = upload(torch.from_numpy(values), run.backend)  # one upload for every group
+        calls, pairs = launch_groups(run, qsl, positions, sent, N)
+        kv = run.kv.launch(calls, pairs, qsl, positions, values, written) if run.kv is not None else []
         reads = launch_reads(run, written)
         back = ReadBack.fetch(tables=[table.device_tensor for table in run.tables.tables],
                               handed=[call.readback()[0] for call in calls],
-                              padded=[rows for _, _, rows in padded], reads=reads.tensors)
+                              padded=[rows for _, _, rows in padded], reads=reads.tensors, kv=kv)
         for g, call in enumerate(calls):
             check_group(run, g, call, [back.handed[g], back.tables[g]], qsl, positions, N)
     except Discrepancy:
@@ -81,7 +84,7 @@ def launch_and_check(run: "Lockstep", qsl: np.ndarray, positions: np.ndarray, va
 
 
 def launch_groups(run: "Lockstep", qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor,
-                  N: int) -> list[StagedCall]:
+                  N: int) -> tuple[list[StagedCall], list[list[tuple[int, int]]]]:
     """Every group's kernel calls, then its copy-on-write copies and the writes of the
     step's values through the slot mappings the kernel returned. The writes are not
     checked on their own (a device sync each): every slot is compared with the
@@ -98,7 +101,7 @@ def launch_groups(run: "Lockstep", qsl: np.ndarray, positions: np.ndarray, value
         cache, offset = run.caches[g], run.world.id_offset
         cache.copy_blocks([(s + offset, d + offset) for s, d in pairs[g]], run.layouts[g].kv_block_size)
         cache.write(call.outputs, values, check=False)
-    return calls
+    return calls, pairs
 
 
 def check_group(run: "Lockstep", g: int, call: StagedCall, back: list[np.ndarray], qsl: np.ndarray,

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blocktable import device, plugin
-from blocktable.properties import fault, profiles
+from blocktable.properties import fault, kv_world, profiles
 from blocktable.properties.case import Case, load, provenance
 from blocktable.properties.examples import SPEC_EXAMPLES
 from blocktable.properties.journal import Journal
@@ -66,6 +66,8 @@ def prepare(job: Job, send: Send, kv_kind: str | None = None) -> tuple[device.Ba
         return None
     try:
         kernel = plugin.load_kv(kv_kind, job.kernel) if kv_kind else plugin.load(job.kernel, harness_kernels())
+        # The KV kernels the lockstep's KV worlds use (ours unless named).
+        kv_world.select(plugin.load_kv_kernels(job.kv_write, job.kv_copy, job.kv_gather))
     except plugin.PluginError as e:
         # An import that raised: say where in the plug-in's file, on the one line.
         send(Result("config-error", message=str(e) + (where_text(e.__cause__) if e.__cause__ else "")))

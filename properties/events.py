@@ -30,6 +30,10 @@ HIT_CAPPED_BY_LENGTH = "prefix hit limited by len - 1"
 HIT_CAPPED_BY_GROUP = "prefix hit limited by another group"
 RESET_REFUSED = "prefix cache reset refused"
 RESET_DONE = "prefix cache reset"
+# The KV path (docs/contract.md §9), in worlds with KV caches.
+KV_COPY = "KV blocks copied on write"
+KV_FP8 = "KV written as fp8"
+KV_GATHER = "KV sequences gathered"
 
 
 def rejected(kind: str) -> str:
@@ -41,4 +45,4 @@ LABELS: tuple[str, ...] = (
     FORK_DEPTH_2, COPY_ON_WRITE, REF_3, ROW_REUSED_SHORTER, SELF_MOVE, SELF_SWAP, TILE_CROSSING, NON_LOCAL_DCP,
     POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW,
     *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
-    HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE)
+    HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, KV_COPY, KV_FP8, KV_GATHER)

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-import torch
 
-from blocktable.device import Backend, to_host, upload
+from blocktable.device import Backend, to_host
 from blocktable.groups import MultiGroupBlockTable
 from blocktable.oracle import DeviceCache
 from blocktable.plugin import SlotMappingFn
 from blocktable.pool import BlockPool
 from blocktable.properties import device_step, events, fault
+from blocktable.properties.kv_world import KVWorld
 from blocktable.properties.compare import Discrepancy, assert_pool_equal, assert_table_equal
 from blocktable.properties.prefix_ops import PrefixCachingOps
 from blocktable.properties.prompts import Prompts
@@ -87,6 +87,7 @@ class Lockstep(PrefixCachingOps):
                        cp_interleave=g.cp_interleave, backend=backend) for g in world.groups])
         self.caches = [DeviceCache(world.num_blocks * lay.kv_block_size, slot_base=world.id_offset * lay.kv_block_size,
                                    ranks=lay.world, backend=backend) for lay in self.layouts]
+        self.kv = KVWorld(self, world.kv) if world.kv is not None else None  # docs/contract.md §9
         # The harness's own bookkeeping (neither side): which request sits in which row.
         self.rows: list[int | None] = [None] * world.max_num_reqs
         self.requests: dict[int, Request] = {}
@@ -392,9 +393,8 @@ class Lockstep(PrefixCachingOps):
             self.event(events.IDS_NEAR_INT32_MAX)
 
         # Everything is launched first and comes back in one copy (properties/device_step.py).
-        values_device = upload(torch.from_numpy(values), self.backend)  # one upload for every group
         written = {self.rows[r]: self.requests[self.rows[r]].written + chunk for r, chunk in enumerate(chunks) if chunk}
-        back, reads = device_step.launch_and_check(self, qsl, positions_np, values_device, N, written, padded)
+        back, reads = device_step.launch_and_check(self, qsl, positions_np, values, N, written, padded)
         for r, chunk in enumerate(chunks):
             if chunk:
                 req = self.requests[self.rows[r]]
@@ -403,6 +403,8 @@ class Lockstep(PrefixCachingOps):
         self._device_rows = back.tables  # for the comparisons after the step
         device_step.check_padded(padded, back.padded)
         device_step.compare_reads(self, reads, back.reads)
+        if self.kv is not None:
+            self.kv.compare(back.kv)
         self.steps_checked += 1
         self.steps_with_tokens += bool(len(positions_np))
 

@@ -6,6 +6,7 @@ is the caller's business, so the same draw feeds the reference and any kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ def slot_cases(draw: st.DrawFn, max_requests: int = 5, max_query: int = 24, max_
 
 # -- lockstep worlds and steps ----------------------------------------------------------
 
-from blocktable.properties.world import GroupConfig, WorldConfig  # noqa: E402
+from blocktable.properties.world import KVConfig, GroupConfig, WorldConfig  # noqa: E402
 from blocktable.reference import GroupLayout  # noqa: E402
 
 
@@ -117,6 +118,11 @@ _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
 _PREFIX_CACHING = st.integers(0, 2)  # 0: a prefix-caching world
 PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"  # "0": none (the same draws, prefix caching off)
 PREFIX_MAX_MODEL_LEN = 512
+_KV = st.integers(0, 3)  # 0-2: a world with KV caches
+KV_WORLDS_VARIABLE = "BLOCKTABLE_KV_WORLDS"  # "0": none (the same draws, no KV caches)
+KV_MAX_MODEL_LEN = 512
+KV_MAX_BATCH = 256
+KV_MAX_CELLS = 1 << 20  # cells of one group's cache memory, beyond which heads and D shrink to 1
 _FLAVOR = st.integers(0, 5)  # 4: a world made for long prefills, 5: one made for full rows
 _MAX_MODEL_LEN_LONG = st.sampled_from([1025, 2100, 16384])
 _MAX_MODEL_LEN = st.sampled_from([1, 16, 17, 100, 128, 128, 129, 1024, 1024, 1025, 2100, 16383, 16384, 16385])
@@ -219,10 +225,38 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     top = (INT32_MAX - (largest_P - 1)) // largest_P - (num_blocks - 1)
     id_offset = draw(_id_offsets(top))
     batch = draw(_BATCH_LONG if long_prefill or full_rows else _BATCH)
+    # Three worlds in four with table ids from 0 (but not the long-prefill or full-rows
+    # ones) keep KV caches; copy-on-write pairs, which the KV copy needs, are rare
+    # enough. The numpy reference writes and gathers token by token, so their rows
+    # and batches stay short.
+    kv = draw(kv_configs()) if draw(_KV) < 3 and not (id_offset or long_prefill or full_rows) else None
+    if kv is not None and os.environ.get(KV_WORLDS_VARIABLE, "1") != "0":
+        max_model_len, batch = min(max_model_len, KV_MAX_MODEL_LEN), min(batch, KV_MAX_BATCH)
+        cells = max(num_blocks * g.kv_block_size * (W if g.sharded else 1) for g in groups) * 2
+        if cells * kv.num_heads * (kv.head_size + kv.pad) > KV_MAX_CELLS:
+            kv = dataclasses.replace(kv, num_heads=1, head_size=1, pad=0)
+    else:
+        kv = None
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
         max_num_reqs=max_num_reqs, max_model_len=max_model_len, max_num_batched_tokens=batch,
-        prefix_caching=prefix_caching)
+        prefix_caching=prefix_caching, kv=kv)
+
+
+_SCALES = st.sampled_from([1.0, 1.0, 0.5, 0.37, 2.5, 0.0173, 96.0])
+
+
+@st.composite
+def kv_configs(draw: st.DrawFn) -> KVConfig:
+    """docs/contract.md §9's caches, small: 1-3 heads, D of 1-8 (odd ones too), every
+    dtype, both layouts, joint or separate caches, padded strides, fp8 with scales that
+    are not powers of two."""
+    fp8 = draw(st.booleans())
+    return KVConfig(num_heads=draw(st.integers(1, 3)), head_size=draw(st.sampled_from([1, 2, 3, 4, 8])),
+                    dtype=draw(st.sampled_from(["float16", "bfloat16", "float32"])),
+                    kv_cache_dtype="fp8_e4m3" if fp8 else "auto", layout=draw(st.sampled_from(["NHD", "HND"])),
+                    joint=draw(st.booleans()), pad=draw(st.sampled_from([0, 0, 1, 3])),
+                    k_scale=draw(_SCALES) if fp8 else 1.0, v_scale=draw(_SCALES) if fp8 else 1.0)
 
 
 def query_lengths() -> st.SearchStrategy[int]:

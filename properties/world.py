@@ -19,6 +19,41 @@ class GroupConfig:
 
 
 @dataclass(frozen=True)
+class KVConfig:
+    """The KV caches a world keeps (docs/contract.md §9): every group writes its tokens'
+    keys and values through the kernel's slot mappings, copies blocks on write, and
+    reads its sequences back with the KV kernels under test. `joint`: the key and value
+    caches are views of one `[blocks, 2, ...]` tensor; `pad`: elements of padding after
+    each head's D (strided caches), which no kernel may touch."""
+
+    num_heads: int = 1
+    head_size: int = 4
+    dtype: str = "float16"  # of keys and values: float16 | bfloat16 | float32
+    kv_cache_dtype: str = "auto"  # auto | fp8_e4m3
+    layout: str = "NHD"  # NHD | HND
+    joint: bool = False
+    pad: int = 0
+    k_scale: float = 1.0
+    v_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.num_heads < 1 or self.head_size < 1 or self.pad < 0:
+            raise ValueError("num_heads and head_size must be >= 1, pad >= 0")
+        for name, value, allowed in (("dtype", self.dtype, ("float16", "bfloat16", "float32")),
+                                     ("kv_cache_dtype", self.kv_cache_dtype, ("auto", "fp8_e4m3")),
+                                     ("layout", self.layout, ("NHD", "HND"))):
+            if value not in allowed:
+                raise ValueError(f"kv {name} must be one of {', '.join(allowed)}, got {value!r}")
+        if not (self.k_scale > 0 and self.v_scale > 0):
+            raise ValueError("k_scale and v_scale must be > 0")
+
+    def describe(self) -> str:
+        scales = f" k_scale={self.k_scale:g} v_scale={self.v_scale:g}" if self.kv_cache_dtype != "auto" else ""
+        return (f"KV H={self.num_heads} D={self.head_size} {self.dtype} cache {self.kv_cache_dtype} {self.layout}"
+                f"{' joint' if self.joint else ''}{f' pad {self.pad}' if self.pad else ''}{scales}")
+
+
+@dataclass(frozen=True)
 class WorldConfig:
     groups: tuple[GroupConfig, ...] = field(default_factory=lambda: (GroupConfig(16, 16),))
     cp_world_size: int = 1  # W, shared by every sharded group
@@ -29,6 +64,7 @@ class WorldConfig:
     max_model_len: int = 256
     max_num_batched_tokens: int = 64  # Tmax
     prefix_caching: bool = False  # docs/contract.md §8: requests come with prompts, and share cached blocks
+    kv: KVConfig | None = None  # KV caches written, copied and read by the KV kernels under test
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -40,6 +76,8 @@ class WorldConfig:
             if top > INT32_MAX:
                 raise ValueError(f"id_offset {self.id_offset}: kernel block id {top} of group K={g.kv_block_size} "
                                  f"exceeds 2**31-1")
+        if self.kv is not None and self.id_offset:
+            raise ValueError("a world with KV caches cannot offset its table ids (the caches hold every block)")
         if self.max_num_reqs < 1 or self.max_model_len < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_reqs, max_model_len and max_num_batched_tokens must be >= 1")
 
@@ -57,6 +95,8 @@ class WorldConfig:
     def from_json(cls, data: dict[str, Any]) -> "WorldConfig":
         data = dict(data)
         data["groups"] = tuple(GroupConfig(**g) for g in data["groups"])
+        if data.get("kv") is not None:
+            data["kv"] = KVConfig(**data["kv"])
         return cls(**data)
 
     def describe(self) -> str:
@@ -68,4 +108,5 @@ class WorldConfig:
                 f"{' (null block 0)' if self.null_block else ''}"
                 f"{f', ids offset by {self.id_offset}' if self.id_offset else ''}; "
                 f"{self.max_num_reqs} rows, max_model_len {self.max_model_len}, Tmax {self.max_num_batched_tokens}"
-                f"{'; prefix caching' if self.prefix_caching else ''}")
+                f"{'; prefix caching' if self.prefix_caching else ''}"
+                f"{'; ' + self.kv.describe() if self.kv else ''}")
