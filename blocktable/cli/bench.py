@@ -22,7 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, UsageError, console, normalize_kernel
+from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, console, normalize_kernel,
+                                   normalize_kv, usage_error)
 from blocktable.device import CHOICES
 
 # (name, requests, tokens per request)
@@ -48,8 +49,14 @@ def label(kernel: str) -> str:
     return LABELS.get(kernel, kernel)
 
 
+def short(spec: str) -> str:
+    """A plug-in as tables name it: a file's name, not its absolute path."""
+    where, colon, name = spec.rpartition(":")
+    return f"{Path(where).name}:{name}" if colon and where.endswith(".py") else spec
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="time slot-mapping kernels side by side (GPU)", description=__doc__)
+    p = sub.add_parser("bench", help="time the slot-mapping and KV kernels side by side (GPU)", description=__doc__)
     p.add_argument("--quick", action="store_true",
                    help="four shapes instead of seven (on a GPU; without one, two tiny shapes either way)")
     p.add_argument("--kernel", action="append", default=[], metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
@@ -57,6 +64,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", choices=CHOICES)
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json, .md and .png")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--suite", choices=["all", "slot", "kv"], default="all",
+                   help="the slot-mapping kernels, the KV kernels (docs/contract.md §9), or both (default)")
+    for kind in ("write", "copy", "gather"):
+        p.add_argument(f"--kv-{kind}", action="append", default=[], metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
+                       help=f"a KV {kind} plug-in to time beside ours and torch-native (repeatable)")
     p.set_defaults(run=run)
 
 
@@ -139,9 +151,10 @@ def copy_bandwidth(cuda: bool) -> float | None:
 def run(args: argparse.Namespace) -> int:
     try:
         extra = [normalize_kernel(k) for k in args.kernel]
+        kv_specs = {kind: [normalize_kv(kind, spec) for spec in getattr(args, f"kv_{kind}")]
+                    for kind in ("write", "copy", "gather")}
     except UsageError as e:
-        console.print(f"[red]blocktable bench:[/] {e}")
-        return EXIT_USAGE
+        return usage_error("bench", str(e))
     from blocktable import device, plugin
     from blocktable.checks import data_checks
     from blocktable.properties.reference_kernel import harness_kernels
@@ -152,10 +165,12 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[bold yellow]WARNING:[/] {INTERPRETER_WARNING}", soft_wrap=True)
     try:
         kernels = {name: plugin.load(name, harness_kernels()) for name in [BASELINE, *OURS, *extra]}
+        kv_extra = {kind: {short(spec): plugin.load_kv(kind, spec) for spec in kv_specs[kind]} for kind in kv_specs}
     except plugin.PluginError as e:
-        console.print(f"[red]blocktable bench:[/] {e}")
-        return EXIT_USAGE
-    shapes = (QUICK if args.quick else SHAPES) if cuda else TINY
+        return usage_error("bench", str(e))
+    if args.suite == "kv":
+        kernels = {}
+    shapes = ((QUICK if args.quick else SHAPES) if cuda else TINY) if kernels else []
     copy_gbps = copy_bandwidth(cuda)
     rows: list[Row] = []
     import torch
@@ -174,17 +189,26 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"{name:>16} W={W} {label(kernel_name):<52} "
                               + (f"{us:9.2f} µs" if us is not None else "        -   ") + f"  {note}",
                               markup=False)
+    kv_rows = []
+    if args.suite != "slot":
+        from blocktable.cli import bench_kv
+
+        kv_rows, _ = bench_kv.run_suite(backend, seed=args.seed, extra=kv_extra, report=lambda r: console.print(
+            f"{r.case:<52} {r.kernel:<10} " + (f"{r.microseconds:9.2f} µs" if r.microseconds else "        -   ")
+            + f"  {r.note}", markup=False))
     args.out.mkdir(parents=True, exist_ok=True)
     meta = _meta(backend, copy_gbps)
-    (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
-    markdown = render_markdown(rows, meta)
+    (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
+                                                       "kv_rows": [asdict(r) for r in kv_rows]}, indent=1))
+    markdown = (render_markdown(rows, meta) if rows else "") + (
+        "\n## KV path\n\n" + bench_kv.render_markdown(kv_rows, copy_gbps, backend.describe()) if kv_rows else "")
     (args.out / "results.md").write_text(markdown)
-    plotted = plot(rows, copy_gbps, args.out / "bench.png", meta) if cuda else False
+    plotted = plot(rows, copy_gbps, args.out / "bench.png", meta) if cuda and rows else False
     console.print(markdown, markup=False, soft_wrap=True)
     why = "no GPU timings" if not cuda else "matplotlib is not installed"
     console.print(f"wrote {args.out / 'results.json'}, {args.out / 'results.md'}"
                   + (f", {args.out / 'bench.png'}" if plotted else f" (no plot: {why})"))
-    return EXIT_PASS if all(r.ok for r in rows) else EXIT_FAIL
+    return EXIT_PASS if all(r.ok for r in [*rows, *kv_rows]) else EXIT_FAIL
 
 
 def _meta(backend: Any, copy_gbps: float | None) -> dict[str, Any]:

@@ -2,16 +2,18 @@
 versions (blocktable.kv's `*_torch`), for write, copy and gather, against a
 device-to-device copy's bandwidth measured in the same run.
 
-Each case is first run by both implementations from the same starting buffers and
-their outputs compared bit for bit (whole caches or outputs): a disagreement is
-reported and neither is timed. Times are medians of CUDA-graph replays where a call
+Each case is first run by every implementation from the same starting buffers and
+each one's outputs compared with ours bit for bit (whole caches or outputs; ours are
+proven equal to the reference by the test suite): one that differs or raises is
+reported and not timed. Times are medians of CUDA-graph replays where a call
 can be captured (the torch-native write selects its tokens with a device sync, so
 it falls back to plain launches, and says so), with the data-dependent checks off:
 they read the device back and are not the kernels' cost. Bandwidth counts the bytes
 a call must move at least (inputs read once, outputs written once, ids and lengths).
 
 Under the interpreter the same code runs on tiny shapes: it checks the path, and
-its wall times are not timings. `blocktable bench` runs this (the lead wires it);
+its wall times are not timings. `blocktable bench` runs this after the slot-mapping
+suite (`--kv-write/--kv-copy/--kv-gather SPEC` time plug-ins beside ours);
 `python -m blocktable.cli.bench_kv [--tiny]` runs it alone.
 """
 
@@ -78,11 +80,20 @@ class KvRow:
 @dataclass
 class Prepared:
     """One case's buffers: `state` holds everything a call writes (cloned per
-    implementation so that both start equal); `call(impl, state)` runs one."""
+    implementation so that all start equal); `call(fn, state)` runs one."""
 
     state: list[torch.Tensor]
-    call: Callable[[str, list[torch.Tensor]], None]
+    call: Callable[[Callable, list[torch.Tensor]], None]
     bytes: int
+
+
+def implementations(op: str, extra: dict[str, Callable] | None = None) -> dict[str, Callable]:
+    """Ours ("triton"), the torch-native baseline ("torch"), then any plug-ins of `op`."""
+    from blocktable import kv, kv_torch
+
+    ours = {"write": (kv.write, kv_torch.write_torch), "copy": (kv.copy_blocks, kv_torch.copy_blocks_torch),
+            "gather": (kv.gather, kv_torch.gather_torch)}[op]
+    return {"triton": ours[0], "torch": ours[1], **(extra or {})}
 
 
 def _poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: Any, generator: torch.Generator) -> torch.Tensor:
@@ -107,8 +118,6 @@ def _cache_dtype(case: Case) -> torch.dtype:
 
 
 def prepare(case: Case, device: Any, seed: int = 0) -> Prepared:
-    from blocktable import kv, kv_torch
-
     g = torch.Generator(device=device).manual_seed(seed)
     rng = np.random.default_rng(seed)
     H, D, Bk = case.heads, case.head_size, case.block_size
@@ -124,19 +133,17 @@ def prepare(case: Case, device: Any, seed: int = 0) -> Prepared:
         slots = (np.repeat(blocks, Bk) * Bk + np.tile(np.arange(Bk), len(blocks)))[:n].astype(np.int64)
         slot_mapping = torch.from_numpy(slots).to(device)
         caches = [_poisoned(_cache_shape(case, num_blocks), cache_dtype, device, g) for _ in range(2)]
-        fns = {"triton": kv.write, "torch": kv_torch.write_torch}
         nbytes = 2 * n * H * D * (key.element_size() + cache_item) + 8 * n
-        return Prepared(caches, lambda impl, s: fns[impl](key, value, s[0], s[1], slot_mapping, **kw), nbytes)
+        return Prepared(caches, lambda fn, s: fn(key, value, s[0], s[1], slot_mapping, **kw), nbytes)
     if case.op == "copy":
         m = case.tokens
         num_blocks = 4 * m
         caches = [_poisoned(_cache_shape(case, num_blocks), cache_dtype, device, g) for _ in range(2 * case.layers)]
         order = rng.permutation(num_blocks)
         pairs = torch.from_numpy(np.stack([order[:m], order[m:2 * m]], axis=1).astype(np.int64)).to(device)
-        fns = {"triton": kv.copy_blocks, "torch": kv_torch.copy_blocks_torch}
         L = case.layers
         nbytes = 2 * (2 * L) * m * Bk * H * D * cache_item + 16 * m
-        return Prepared(caches, lambda impl, s: fns[impl](s[:L], s[L:], pairs), nbytes)
+        return Prepared(caches, lambda fn, s: fn(s[:L], s[L:], pairs), nbytes)
     N = case.requests
     lengths = np.full(N, case.tokens // N, dtype=np.int64)
     lengths[: case.tokens - int(lengths.sum())] += 1
@@ -147,46 +154,56 @@ def prepare(case: Case, device: Any, seed: int = 0) -> Prepared:
     caches = [_poisoned(_cache_shape(case, num_blocks), cache_dtype, device, g) for _ in range(2)]
     out_dtype = torch.float32 if case.kv_cache_dtype == "fp8_e4m3" else cache_dtype
     outs = [_poisoned((case.tokens, H, D), out_dtype, device, g) for _ in range(2)]
-    fns = {"triton": kv.gather, "torch": kv_torch.gather_torch}
     out_item = torch.empty(0, dtype=out_dtype).element_size()
     nbytes = 2 * case.tokens * H * D * (cache_item + out_item) + 4 * int(N * width + N + 1)
-    return Prepared(outs, lambda impl, s: fns[impl](caches[0], caches[1], table, cu, s[0], s[1], **kw), nbytes)
+    return Prepared(outs, lambda fn, s: fn(caches[0], caches[1], table, cu, s[0], s[1], **kw), nbytes)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
-def bench_case(case: Case, backend: Any, seed: int = 0) -> list[KvRow]:
-    """Both implementations from equal buffers, compared bit for bit, then timed."""
+def bench_case(case: Case, backend: Any, seed: int = 0, extra: dict[str, Callable] | None = None) -> list[KvRow]:
+    """Every implementation from equal buffers, each compared bit for bit with ours,
+    then timed; one whose outputs differ is reported and not timed."""
     from blocktable.checks import data_checks
 
     cuda = backend.name == "cuda"
     prepared = prepare(case, backend.device, seed)
-    states = {"triton": prepared.state, "torch": [t.clone() for t in prepared.state]}
+    fns = implementations(case.op, extra)
+    states = {name: prepared.state if name == "triton" else [t.clone() for t in prepared.state] for name in fns}
+    rows = []
     with data_checks(False):  # they read the device back: not capturable, not the kernels' cost
-        for impl, state in states.items():
-            prepared.call(impl, state)
-        ok = all(torch.equal(_bits(a), _bits(b)) for a, b in zip(states["triton"], states["torch"]))
-        rows = []
-        for impl, state in states.items():
-            if ok:
-                us, note = time_call(lambda: prepared.call(impl, state), cuda)
+        for name, fn in fns.items():
+            try:
+                prepared.call(fn, states[name])
+            except Exception as e:  # a plug-in that refuses the call is reported, not timed
+                states[name] = []
+                rows.append(KvRow(case.name(), name, None, prepared.bytes, False, f"RAISED {type(e).__name__}: {e}"))
+        same = {name: bool(states[name]) and all(torch.equal(_bits(a), _bits(b))
+                                                 for a, b in zip(states["triton"], states[name])) for name in fns}
+        for name, fn in fns.items():
+            if not states[name]:
+                continue
+            if same[name] and (name == "triton" or same["triton"]):
+                us, note = time_call(lambda: prepared.call(fn, states[name]), cuda)
             else:
-                us, note = None, "OUTPUTS DIFFER (triton vs torch): not timed"
-            rows.append(KvRow(case.name(), impl, us, prepared.bytes, ok, note))
+                us, note = None, f"OUTPUTS DIFFER ({name} vs triton): not timed"
+            rows.append(KvRow(case.name(), name, us, prepared.bytes, us is not None, note))
     return rows
 
 
 def run_suite(backend: Any, cases: list[Case] | None = None, seed: int = 0,
-              report: Callable[[KvRow], None] | None = None) -> tuple[list[KvRow], float | None]:
-    """(rows, the device-to-device copy's GB/s or None without a GPU)."""
+              report: Callable[[KvRow], None] | None = None,
+              extra: dict[str, dict[str, Callable]] | None = None) -> tuple[list[KvRow], float | None]:
+    """(rows, the device-to-device copy's GB/s or None without a GPU). `extra`: plug-ins
+    by op ("write", "copy", "gather"), each {name: fn}, timed beside ours."""
     cuda = backend.name == "cuda"
     cases = cases if cases is not None else (GPU_CASES if cuda else TINY_CASES)
     copy_gbps = copy_bandwidth(cuda)
     rows = []
     for case in cases:
-        for row in bench_case(case, backend, seed):
+        for row in bench_case(case, backend, seed, (extra or {}).get(case.op)):
             rows.append(row)
             if report:
                 report(row)
@@ -198,16 +215,17 @@ def run_suite(backend: Any, cases: list[Case] | None = None, seed: int = 0,
 def render_markdown(rows: list[KvRow], copy_gbps: float | None, device: str) -> str:
     lines = [f"Device: {device}.",
              f"Device-to-device copy: {copy_gbps:.0f} GB/s (bytes read + written)." if copy_gbps else
-             "No GPU: interpreter wall times, not timings; no bandwidth is computed.", "",
-             "| case | kernel | µs | GB/s | % of copy | vs torch | note |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "No GPU: interpreter wall times, not timings; no bandwidth is computed.", ""]
+    lines += (["| case | kernel | µs | GB/s | % of copy | vs torch | note |", "| --- | --- | --- | --- | --- | --- | --- |"]
+              if copy_gbps else ["| case | kernel | interpreter wall µs | note |", "| --- | --- | --- | --- |"])
     torch_us = {r.case: r.microseconds for r in rows if r.kernel == "torch"}
     for r in rows:
+        if not copy_gbps:
+            wall = f"{r.microseconds:.0f}" if r.microseconds is not None else "-"
+            lines.append(f"| {r.case} | {r.kernel} | {wall} | {r.note} |")
+            continue
         if r.microseconds is None:
             lines.append(f"| {r.case} | {r.kernel} | - | - | - | - | {r.note} |")
-            continue
-        if not copy_gbps:
-            lines.append(f"| {r.case} | {r.kernel} | {r.microseconds:.0f} (wall) | - | - | - | {r.note} |")
             continue
         share = f"{100 * r.gbps / copy_gbps:.0f}%"
         speed = f"{torch_us[r.case] / r.microseconds:.2f}x" if torch_us.get(r.case) else "-"

@@ -5,8 +5,10 @@ choices) and rank the other kernels against it."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 from blocktable.cli.bench import BASELINE, LABELS, Row, render_markdown
 
@@ -36,3 +38,22 @@ def test_on_a_gpu_the_table_names_the_baseline_and_ranks_against_it():
     assert f"| {LABELS[BASELINE]} |" in table and "constexpr" in LABELS[BASELINE]
     assert "| 2.00× |" in table  # the tiled kernel, twice as fast as the baseline
     assert "WARNING" not in table
+
+
+def test_kv_plug_ins_are_timed_beside_ours_and_a_wrong_one_is_not_timed(tmp_path):
+    """`bench --suite kv`: each KV plug-in runs from the same buffers as ours and is
+    compared with it bit for bit first; a gather reading one token late differs."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    late = tmp_path / "late_gather.py"
+    late.write_text((examples / "torch_kv_gather.py").read_text().replace("j % block_size", "(j + 1) % block_size"))
+    run = subprocess.run([sys.executable, "-m", "blocktable.cli.main", "bench", "--device", "cpu", "--suite", "kv",
+                          "--kv-write", f"{examples}/torch_kv_write.py:write", "--kv-gather", f"{late}:gather",
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1, run.stdout + run.stderr
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| write 8 tokens, 2x8 bfloat16 NHD | torch_kv_write.py:write | " in table
+    assert "OUTPUTS DIFFER (late_gather.py:gather vs triton): not timed" in table
+    assert "| copy 4 pairs x 2 layers, 2x8 bfloat16 NHD | torch |" in table  # the torch-native baseline
+    rows = json.loads((tmp_path / "out" / "results.json").read_text())["kv_rows"]
+    assert {r["kernel"] for r in rows} == {"triton", "torch", "torch_kv_write.py:write", "late_gather.py:gather"}
+    assert not [r for r in rows if r["kernel"] == "torch_kv_write.py:write" and not r["ok"]]

@@ -92,6 +92,8 @@ USAGES = [
     (["fuzz", "--stateless", "--kv-copy", "kernel.py:nothing"], "kernel.py has no function 'nothing'"),
     (["fuzz", "--stateless", "--kv-gather", "raises_on_import.py:gather"],
      "NameError: name 'undefined_name' is not defined (at "),
+    (["fuzz", "--kv-write", "raises_on_import.py:write"], "NameError: name 'undefined_name' is not defined (at "),
+    (["bench", "--kv-copy", "missing.py:fn"], "kv-copy kernel file missing.py does not exist"),
     # fuzz: the budget and the rest
     (["fuzz", "--examples", "0"], "--examples must be >= 1, got 0"),
     (["fuzz", "--examples", "-3"], "--examples must be >= 1, got -3"),
