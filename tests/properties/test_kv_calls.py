@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from blocktable import device
 from blocktable.kv_torch import copy_blocks_torch, gather_torch, write_torch
 from blocktable.properties.case import Case, CaseError
 from blocktable.properties.kv_calls import check_call, run_kv_call
 from blocktable.properties.kv_draw import draw
 from blocktable.properties.kv_stateless import candidates, shrink
 
-CPU = torch.device("cpu")
+DEVICE = device.current().device  # the suite's backend: the GPU where there is one
 OURS = {"write": write_torch, "copy": copy_blocks_torch, "gather": gather_torch}
 
 
@@ -26,13 +27,13 @@ def calls(op, count, seed=3, **limits):
 @pytest.mark.parametrize("op", ["write", "copy", "gather"])
 def test_a_correct_kernel_passes_every_call(op):
     for call in calls(op, 40):
-        outcome = run_kv_call(call, OURS[op], CPU)
+        outcome = run_kv_call(call, OURS[op], DEVICE)
         assert outcome.passed, outcome.error
 
 
 def first_failure(op, kernel, count=60):
     for call in calls(op, count):
-        outcome = run_kv_call(call, kernel, CPU)
+        outcome = run_kv_call(call, kernel, DEVICE)
         if not outcome.passed:
             return call, outcome.error
     raise AssertionError(f"no call of {count} caught the kernel")
@@ -75,11 +76,11 @@ def test_a_wrong_element_decodes_and_shrinks_to_its_token():
 
     call, error = first_failure("write", skips_slot_zero)
     assert "(slot 0; token " in str(error) and "the kernel did not write it" in str(error)
-    small = shrink(call, error, skips_slot_zero, CPU)
+    small = shrink(call, error, skips_slot_zero, DEVICE)
     assert small["slot_mapping"] == [0] and small["name"] == "stateless-write-token"
     assert small["rows"] == 1 + call["rows"] - len(call["slot_mapping"])  # the padding rows kept
-    assert not run_kv_call(small, skips_slot_zero, CPU).passed
-    assert run_kv_call(small, write_torch, CPU).passed
+    assert not run_kv_call(small, skips_slot_zero, DEVICE).passed
+    assert run_kv_call(small, write_torch, DEVICE).passed
 
 
 def test_gather_and_copy_failures_shrink_to_one_request_and_one_pair():
@@ -91,7 +92,7 @@ def test_gather_and_copy_failures_shrink_to_one_request_and_one_pair():
 
     call, error = first_failure("gather", one_past)
     assert "past cu_lens[N]" in str(error)
-    small = shrink(call, error, one_past, CPU)
+    small = shrink(call, error, one_past, DEVICE)
     assert len(small["cu_lens"]) == 2 and small["name"] == "stateless-gather-request"
 
     def skips_last_pair(key_caches, value_caches, block_mapping):
@@ -99,7 +100,7 @@ def test_gather_and_copy_failures_shrink_to_one_request_and_one_pair():
 
     call, error = first_failure("copy", skips_last_pair)
     assert "becomes a copy of block" in str(error)
-    small = shrink(call, error, skips_last_pair, CPU)
+    small = shrink(call, error, skips_last_pair, DEVICE)
     assert len(small["block_mapping"]) == 1 and small["name"].startswith("stateless-copy-pair")
 
 
