@@ -85,6 +85,9 @@ class Case:
     # {"contract_examples": n, "programs": [{"world": ..., "program": [...]}, ...],
     #  "dropped": programs left out at the start}. None: not kept.
     whole_run: dict[str, Any] | None = None
+    # The KV plug-ins a lockstep case ran with, by kind ("write", "copy", "gather");
+    # a kind not named ran ours.
+    kv: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = {"format": FORMAT, "version": VERSION, "kind": self.kind, "kernel": self.kernel,
@@ -93,6 +96,8 @@ class Case:
                 "provenance": self.provenance}
         if self.whole_run is not None:
             data["whole_run"] = self.whole_run
+        if self.kv:
+            data["kv"] = self.kv
         return data
 
     @classmethod
@@ -110,7 +115,7 @@ class Case:
         body = json.dumps({"kind": self.kind, "kernel": self.kernel,
                            "failure": [self.failure.get("what"), self.failure.get("message")],
                            "world": self.world.to_json() if self.world else None,
-                           "program": self.program, "call": self.call}, sort_keys=True, default=str)
+                           "program": self.program, "call": self.call, "kv": self.kv}, sort_keys=True, default=str)
         return hashlib.sha256(body.encode()).hexdigest()[:10]
 
     def path_in(self, folder: Path) -> Path:
@@ -207,7 +212,12 @@ def _validated(data: Any) -> Case:
     if confirmation is not None and not (isinstance(confirmation, dict)
                                          and isinstance(confirmation.get("reproduced"), bool)):
         raise CaseError("'confirmation' must be null or an object with 'reproduced' true or false")
-    case = Case(kind=kind, kernel=kernel, failure=failure, provenance=provenance_data, confirmation=confirmation)
+    kv = data.get("kv") or {}
+    if not (isinstance(kv, dict) and all(k in ("write", "copy", "gather") and isinstance(v, str) and v.strip()
+                                         for k, v in kv.items())):
+        raise CaseError("'kv' must be an object naming a KV plug-in for each of write, copy, gather it lists")
+    case = Case(kind=kind, kernel=kernel, failure=failure, provenance=provenance_data, confirmation=confirmation,
+                kv=dict(kv))
     if kind == "lockstep":
         case.world = _world(_require(data, "world", lambda v: isinstance(v, dict), "an object (the world)"), "world")
         case.program = _program(_require(data, "program", lambda v: isinstance(v, list), "a list of steps"),

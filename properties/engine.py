@@ -107,7 +107,8 @@ def case_config(case: Case) -> str:
 
 def report_failure(case: Case, outcome: Outcome, backend: device.Backend, case_path: Path,
                    title: str = "blocktable found a discrepancy", kernel: Any = None, verbose: bool = False) -> str:
-    return render(kernel=case.kernel, device=backend.describe(), error=outcome.error, config_text=case_config(case),
+    kernels = "; ".join([case.kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items())])
+    return render(kernel=kernels, device=backend.describe(), error=outcome.error, config_text=case_config(case),
                   program=case.program if case.kind == "lockstep" else None, failed_step=outcome.failed_step,
                   replay_command=replay_command(case_path, case.kernel, _device_name(backend)), run=outcome.run,
                   title=title, kernel_files=kernel_files(kernel), verbose=verbose)
@@ -274,7 +275,7 @@ def fuzz_child(job: Job, send: Send) -> None:
             last = recorder.run
             world = last.world if last is not None else recorder.world
             program = list(last.program) if last is not None else []
-            case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov,
+            case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov, kv=kv_specs(job),
                         whole_run=totals.whole_run_json(len(SPEC_EXAMPLES)))
             journal.close()
             outcome = replay_lockstep(case, kernel, backend)
@@ -301,6 +302,12 @@ def _database(job: Job, backend: device.Backend) -> Any:
     return open_database(job.database, namespace(job.kernel, _device_name(backend)), job.database_readonly, local)
 
 
+def kv_specs(job: Job) -> dict[str, str]:
+    """The KV plug-ins a job names, by kind (ours for a kind not named)."""
+    return {kind: spec for kind, spec in (("write", job.kv_write), ("copy", job.kv_copy), ("gather", job.kv_gather))
+            if spec}
+
+
 def replay_child(job: Job, send: Send) -> None:
     """Replay one case (a file, or its JSON before the file is written); a "pass" or
     "fail" result with the failure. With `job.whole_run`, the case's whole run instead."""
@@ -319,6 +326,12 @@ def replay_child(job: Job, send: Send) -> None:
         send(Result("config-error", message=str(e)))
         return
     case.kernel = job.kernel
+    if case.kv and not kv_specs(job):  # the plug-ins the case ran with, unless the replay names others
+        try:
+            kv_world.select(plugin.load_kv_kernels(case.kv.get("write"), case.kv.get("copy"), case.kv.get("gather")))
+        except plugin.PluginError as e:
+            send(Result("config-error", message=str(e)))
+            return
     if job.whole_run:
         _replay_whole_run(job, case, case_path, kernel, backend, send)
         return

@@ -221,6 +221,10 @@ def _crashed(args: argparse.Namespace, job: Job, journal: Path, exitcode: int | 
     if case is None:  # a stateless batch: the message says how to repeat it
         console.print(message, markup=False, soft_wrap=True)
         return EXIT_FAIL
+    if case.kind == "lockstep":
+        from blocktable.properties.engine import kv_specs
+
+        case.kv = kv_specs(job)  # the KV plug-ins it ran with: its replays load them
     if case.kind == "lockstep" and case.program and args.shrink_seconds > 0:
         message = _shrink_crash(case, job, exitcode, args.shrink_seconds)
     path = case.path_in(args.out)

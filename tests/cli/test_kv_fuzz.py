@@ -98,3 +98,21 @@ def test_a_crash_in_a_stateless_kv_call_says_which_and_how_to_repeat_it(cli, tmp
     assert code == 1, out
     assert "kv-copy kernel was killed by signal SIGSEGV during stateless call" in out
     assert f"blocktable fuzz --stateless --seed 2 --kv-copy {path}:copy_blocks" in out
+
+
+def test_a_kv_plug_in_bug_found_by_the_lockstep_replays_with_the_plug_in(cli, tmp_path):
+    """Without --stateless the plug-in runs in the lockstep's KV worlds; the case file
+    records it (`kv`), so the fresh-process confirmation and `replay` load it again."""
+    spec = plant(tmp_path, "gather", [("j % block_size", "(j + 1) % block_size")])
+    code, out = cli("fuzz", "--kv-gather", spec, "--device", "cpu", "--examples", "60", "--seed", "0")
+    assert code == 1, out
+    assert "KV gather: key row" in out and "local index" in out, out
+    assert "confirmed: it fails again when replayed alone in a fresh process" in out
+    case = Path(out.split("case file: ")[1].split()[0])
+    data = json.loads(case.read_text())
+    assert data["kind"] == "lockstep" and data["kv"] == {"gather": spec} and data["world"]["kv"]
+    code, replayed = cli("replay", str(case))
+    assert code == 1 and "KV gather" in replayed
+    shutil.copyfile(EXAMPLES / "torch_kv_gather.py", spec.rpartition(":")[0])  # the fix
+    code, replayed = cli("replay", str(case))
+    assert code == 0, replayed
