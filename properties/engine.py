@@ -54,6 +54,7 @@ def prepare_backend(job: Job, send: Send) -> device.Backend | None:
     os.environ[profiles.PROFILE_VARIABLE] = job.profile
     profiles.register_and_load()
     profiles.collect_less()
+    profiles.import_every_module()  # after the backend: kernel modules read TRITON_INTERPRET
     return backend
 
 

@@ -7,7 +7,8 @@ each allocation block), with up to two scratch copies onto free blocks, every sc
 through the slot mappings the slot-mapping kernel returned, and the sequences the
 step computed are gathered back through the implementation's device table. The
 numpy reference does the same through the reference's slot mappings, pairs and
-table. After the step the whole of each group's cache memory is compared bit for
+table (properties/kv_truth.py: reference/kv.py's reading, vectorized, so that long
+rows and large batches cost little). After the step the whole of each group's cache memory is compared bit for
 bit with the reference's (guard cells before and after, padding between heads, and
 every block the step did not touch included), then the gathered rows, padding rows
 past the last length included.
@@ -22,6 +23,7 @@ recomputed token writes what it wrote before.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -34,7 +36,7 @@ from blocktable.plugin import KVKernels, load_kv_kernels
 from blocktable.properties import events
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.world import KVConfig
-from blocktable.reference import kv as ref_kv
+from blocktable.properties import kv_truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
 from blocktable.reference import slot_mappings_all_ranks as reference_slot_mappings
 
 if TYPE_CHECKING:
@@ -55,11 +57,23 @@ def select(kernels: KVKernels | None) -> None:
     _selected = kernels
 
 
-def selected() -> KVKernels:
+ENGINE_VARIABLE = "BLOCKTABLE_KV_KERNELS"  # triton | torch: ours for the kinds no plug-in replaces
+
+
+def selected(backend: Backend | None = None) -> KVKernels:
+    """The plug-ins named, and ours for the rest: the Triton kernels on a GPU; under
+    the interpreter, where each launch costs milliseconds and a KV world makes three
+    a group a step, the torch-native ones (BLOCKTABLE_KV_KERNELS=triton|torch
+    overrides; the mutation gate's KV mutants set triton)."""
     global _selected
     if _selected is None:
         _selected = load_kv_kernels()
-    return _selected
+    interpreted = backend is not None and backend.interpreted
+    ours = os.environ.get(ENGINE_VARIABLE, "torch" if interpreted else "triton")
+    if ours == "triton":
+        return _selected
+    named = _selected.specs
+    return load_kv_kernels(*(ours if named[kind] == "triton" else named[kind] for kind in ("write", "copy", "gather")))
 
 
 @contextlib.contextmanager
@@ -188,7 +202,7 @@ class KVWorld:
     """Every group's caches on both sides, and the step's launches and comparisons."""
 
     def __init__(self, run: "Lockstep", kv: KVConfig) -> None:
-        self.run, self.kv, self.kernels = run, kv, selected()
+        self.run, self.kv, self.kernels = run, kv, selected(run.backend)
         self.cache_dtype = kv.dtype if kv.kv_cache_dtype == "auto" else "fp8_e4m3"
         self.out_dtype = kv.dtype if kv.kv_cache_dtype == "auto" else "float32"
         rng = np.random.default_rng(7)

@@ -5,8 +5,9 @@ imitating a bug that really happens in block-table code. The harness must kill
 Each mutant replaces one exact snippet (it must occur exactly once) in one file of
 the package tree (`blocktable/...`, `blocktable/kernels/...`). `kernel` is the
 slot-mapping kernel the fuzzing runs for it; `env` adds environment variables (the
-oracle-kernel mutants switch the data oracle to its Triton engine, which the
-interpreter otherwise skips for speed). `equivalent` says why a mutant cannot be
+oracle-kernel mutants switch the data oracle to its Triton engine, and the KV-kernel
+mutants the KV worlds to our Triton kernels, which the interpreter otherwise skips
+for speed). `equivalent` says why a mutant cannot be
 observed within the harness's reach; those are reported, not required.
 """
 
@@ -38,6 +39,7 @@ ORACLE = "blocktable/kernels/oracle.py"
 KV_KERNELS = "blocktable/kernels/kv.py"
 KV_WRAPPERS = "blocktable/kv.py"
 TRITON_ORACLE = {"BLOCKTABLE_ORACLE": "triton"}
+TRITON_KV = {"BLOCKTABLE_KV_KERNELS": "triton"}  # ours in the KV worlds, which the interpreter otherwise skips
 
 CATALOGUE: tuple[Mutant, ...] = (
     # -- the slot-mapping kernels ---------------------------------------------------------
@@ -172,41 +174,41 @@ CATALOGUE: tuple[Mutant, ...] = (
     # -- the KV path's kernels (docs/contract.md §9), in the lockstep's KV worlds -----------
     Mutant("V01", "kv kernels", KV_WRAPPERS, "        n, num_slots, sizes.block_size, H,",
            "        key.shape[0], num_slots, sizes.block_size, H,",
-           "token count taken from the padded key, not the slot mapping (vLLM #13418)"),
+           "token count taken from the padded key, not the slot mapping (vLLM #13418)", env=TRITON_KV),
     Mutant("V02", "kv kernels", KV_KERNELS, "keep = (slot >= 0) & (slot < num_slots)  # < 0",
-           "keep = slot < num_slots  # < 0", "slot -1 written, into the entry before block 0 (vLLM #43810)"),
+           "keep = slot < num_slots  # < 0", "slot -1 written, into the entry before block 0 (vLLM #43810)", env=TRITON_KV),
     Mutant("V03", "kv kernels", KV_WRAPPERS, "else (s[0], s[2], s[1], s[3])", "else (s[0], s[1], s[2], s[3])",
-           "HND caches addressed as NHD: layouts confused"),
+           "HND caches addressed as NHD: layouts confused", env=TRITON_KV),
     Mutant("V04", "kv kernels", KV_KERNELS,
            "normal = (a + (0x7FFFF - (120 << 23)) + ((a >> 20) & 1)) >> 20", "normal = (a - (120 << 23)) >> 20",
-           "fp8 rounded toward zero, not to nearest even"),
+           "fp8 rounded toward zero, not to nearest even", env=TRITON_KV),
     Mutant("V05", "kv kernels", KV_KERNELS, "a = tl.minimum(q, 448.0).to(tl.int32, bitcast=True)",
-           "a = q.to(tl.int32, bitcast=True)", "fp8 not saturated: values past 448 overflow into NaN and the sign"),
+           "a = q.to(tl.int32, bitcast=True)", "fp8 not saturated: values past 448 overflow into NaN and the sign", env=TRITON_KV),
     Mutant("V06", "kv kernels", KV_KERNELS, "    return tl.where((bits & 0x7FFFFFFF) > FLOAT32_INF, 0x7F, code)\n",
-           "    return code\n", "fp8 NaN not kept: a NaN is stored as 448"),
+           "    return code\n", "fp8 NaN not kept: a NaN is stored as 448", env=TRITON_KV),
     Mutant("V07", "kv kernels", KV_WRAPPERS, "    rows = size_1 * size_2\n", "    rows = size_1 * size_2 - 1\n",
-           "a partial block copied: the last row of each block is left behind"),
+           "a partial block copied: the last row of each block is left behind", env=TRITON_KV),
     Mutant("V08", "kv kernels", KV_KERNELS, "src = tl.load(pairs_ptr + pair * pairs_stride_0)",
            "src = tl.load(pairs_ptr + pair * pairs_stride_0 + pairs_stride_1)",
-           "copy that reads its destination: copy-on-write copies nothing"),
+           "copy that reads its destination: copy-on-write copies nothing", env=TRITON_KV),
     Mutant("V09", "kv kernels", KV_KERNELS, "valid = (t < total) & (t < out_rows)", "valid = t < out_rows",
-           "gather past the length: output rows past cu_lens[N] are overwritten"),
+           "gather past the length: output rows past cu_lens[N] are overwritten", env=TRITON_KV),
     Mutant("V10", "kv kernels", KV_WRAPPERS, "    s = cache.stride()\n", "    s = torch.empty(cache.shape).stride()\n",
-           "strides of a non-contiguous cache ignored (FlashInfer #527): views of one tensor, padded heads"),
+           "strides of a non-contiguous cache ignored (FlashInfer #527): views of one tensor, padded heads", env=TRITON_KV),
     Mutant("V11", "kv kernels", KV_KERNELS, "    value = (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True) * scale\n",
            "    value = (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)\n",
-           "fp8 gather that does not multiply by the scale"),
+           "fp8 gather that does not multiply by the scale", env=TRITON_KV),
     Mutant("V12", "kv kernels", KV_KERNELS,
            "row = r.to(tl.int64) * table_stride_0 + column.to(tl.int64) * table_stride_1",
-           "row = column.to(tl.int64) * table_stride_1", "gather through the first row of the table for every request"),
+           "row = column.to(tl.int64) * table_stride_1", "gather through the first row of the table for every request", env=TRITON_KV),
     Mutant("V13", "kv kernels", KV_KERNELS, "    write_one(value_ptr, value_stride_token,",
-           "    write_one(key_ptr, value_stride_token,", "the key written into the value cache too"),
+           "    write_one(key_ptr, value_stride_token,", "the key written into the value cache too", env=TRITON_KV),
     Mutant("V14", "kv kernels", KV_KERNELS, "block = tl.load(table_ptr + row, mask=in_row, other=0).to(tl.int64)",
            "block = tl.load(table_ptr + row, mask=in_row, other=0)",
            "32-bit product of a block id and the block stride in gather (FlashInfer #3136)",
            equivalent="wraps only once a block id times the block stride reaches 2**31 elements (a cache of 2 GiB "
                       "or more at one byte an element); the lockstep's caches are far smaller, and the product is "
-                      "int64 for production sizes"),
+                      "int64 for production sizes", env=TRITON_KV),
     # -- the data oracle's kernels ---------------------------------------------------------
     Mutant("O01", "oracle kernels", ORACLE, "in_cache = (index >= 0) & (index < num_slots)",
            "in_cache = index < num_slots", "KV write that does not skip padded slots (writes through slot -1)",

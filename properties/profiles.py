@@ -71,3 +71,24 @@ def collect_less() -> None:
     Garbage is still collected, a little later; what is tested does not change."""
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, older, oldest)
+
+
+def import_every_module() -> None:
+    """Import every module of blocktable now, before anything is drawn. Hypothesis
+    mixes literals found in the local modules in sys.modules into its draws, and looks
+    again whenever sys.modules grows; without this, what a seed draws would depend on
+    which modules a run happened to import lazily before (a KV kernel on its first
+    call, a plug-in's torch-native sibling), and the same seed would not give the same
+    programs with and without KV worlds or plug-ins."""
+    import importlib
+    import pkgutil
+
+    import blocktable
+    import blocktable.kernels
+    import blocktable.properties
+    import blocktable.reference
+
+    for package in (blocktable, blocktable.kernels, blocktable.properties, blocktable.reference):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            importlib.import_module(info.name)
+

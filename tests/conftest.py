@@ -4,9 +4,7 @@ bad-input test uses (raised the right error, named the value, changed nothing)."
 from __future__ import annotations
 
 import copy
-import importlib
 import os
-import pkgutil
 import re
 from typing import Any, Callable
 
@@ -34,21 +32,9 @@ profiles.register_and_load()
 profiles.collect_less()  # the suite is mostly lockstep runs
 
 
-def _import_every_module() -> None:
-    """Hypothesis mixes literals found in every local module in sys.modules into its
-    draws, so without this what a seeded test draws would depend on which modules
-    the tests before it, in the same xdist worker, happened to import. With all of
-    them imported first, every process draws the same examples."""
-    import blocktable.kernels
-    import blocktable.properties
-    import blocktable.reference
-
-    for package in (blocktable, blocktable.kernels, blocktable.properties, blocktable.reference):
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            importlib.import_module(info.name)
-
-
-_import_every_module()
+# Hypothesis mixes literals of every local module in sys.modules into its draws: with
+# all of them imported first, every process draws the same examples.
+profiles.import_every_module()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -45,8 +45,10 @@ def run_program(w: WorldConfig, backend, **kernels: str) -> Lockstep:
 
 @pytest.mark.parametrize("shape", GROUPS)
 @pytest.mark.parametrize("kv", KVS)
-def test_our_kernels_pass(backend, shape, kv):
+def test_our_kernels_pass(backend, monkeypatch, shape, kv):
+    monkeypatch.setenv(kv_world.ENGINE_VARIABLE, "triton")  # ours under the interpreter too
     run = run_program(world(shape, kv), backend)
+    assert run.kv.kernels.write.__module__ == "blocktable.kv"
     assert run.events["KV blocks copied on write"] and run.events["KV sequences gathered"]
 
 
@@ -138,6 +140,17 @@ def test_token_data_is_a_function_of_the_value():
     a = token_data(np.array([5, 9, 5]), cfg, 0)
     assert np.array_equal(a[0], a[2]) and not np.array_equal(a[0], a[1])
     assert not np.array_equal(a, token_data(np.array([5, 9, 5]), cfg, 1))  # keys differ from values
+
+
+def test_under_the_interpreter_the_kv_worlds_default_to_torch_native(backend, monkeypatch):
+    monkeypatch.delenv(kv_world.ENGINE_VARIABLE, raising=False)
+    ours = plugin.load_kv_kernels(gather=f"{EXAMPLES}/torch_kv_gather.py:gather")
+    with kv_world.kernels_in_use(ours):
+        picked = kv_world.selected(backend)
+    if backend.interpreted:
+        assert picked.specs == {"write": "torch", "copy": "torch", "gather": ours.specs["gather"]}
+    else:
+        assert picked.specs == ours.specs
 
 
 def test_a_kv_world_round_trips_through_json():
