@@ -38,6 +38,7 @@ from blocktable.properties.compare import Discrepancy
 from blocktable.properties.world import KVConfig
 from blocktable.properties import kv_truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
 from blocktable.reference import slot_mappings_all_ranks as reference_slot_mappings
+from blocktable.reference.kv import bits
 
 if TYPE_CHECKING:
     from blocktable.properties.lockstep import Lockstep
@@ -192,10 +193,6 @@ def locate(pair: CachePair, index: int, kv: KVConfig, block_size: int,
     if index >= len(pair.flat) - GUARD:
         return f"the guard cells after the caches (cell {index - (len(pair.flat) - GUARD)})", None, None
     return "padding after a head's D (no cache element)", None, None
-
-
-def bits_of(a: np.ndarray) -> np.ndarray:
-    return a.view(_BITS[a.dtype.itemsize])
 
 
 class KVWorld:
@@ -355,7 +352,7 @@ class KVWorld:
             raise self.errors[0]
         for g, lay in enumerate(self.run.layouts):
             flat, out_k, out_v = back[3 * g:3 * g + 3]
-            want = bits_of(self.ref[g].flat)
+            want = bits(self.ref[g].flat)
             got = flat.view(want.dtype)
             if not np.array_equal(want, got):
                 i = int(np.argmax(want != got))
@@ -365,7 +362,7 @@ class KVWorld:
                                   f"{want.size} cells differ)")
             for name, expected, actual in (("key", self.expected_out[g][0], out_k),
                                            ("value", self.expected_out[g][1], out_v)):
-                e = bits_of(expected)
+                e = bits(expected)
                 a = actual.view(e.dtype)
                 if not np.array_equal(e, a):
                     row, head, dim = (int(x) for x in np.argwhere(e != a)[0])
