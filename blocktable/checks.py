@@ -8,7 +8,7 @@ by construction."""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -133,7 +133,7 @@ def upload(host: torch.Tensor, backend: Backend | None = None) -> torch.Tensor:
     return copy_from_host(torch.empty(host.shape, dtype=host.dtype, device=backend.device), host)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return torch.empty(0, dtype=dtype).numpy().dtype
 

@@ -3,7 +3,7 @@ A call is checked against every group before any group changes."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from blocktable.table import BlockTable
 

@@ -6,13 +6,14 @@ examples/torch_kv_*.py show."""
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import math
+from collections.abc import Sequence
 
 import torch
 
-from blocktable.kv import E4M3_MAX, bits, check_copy, check_gather, check_write, scale_float32
+from blocktable.kv import E4M3_MAX, bits
+from blocktable.kv_checks import check_copy, check_gather, check_scale, check_write
+
 
 def _entries(cache: torch.Tensor, layout: str, block: torch.Tensor, offset: torch.Tensor) -> tuple:
     """The index of entries (block[i], offset[i]) of a cache: cache[index] is [m, H, D]
@@ -57,7 +58,7 @@ def write_torch(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor,
         if kv_cache_dtype == "auto":
             bits(cache)[index] = bits(rows)  # index_put_
         else:
-            cache[index] = quantize_torch(rows, scale_float32("", scale))
+            cache[index] = quantize_torch(rows, check_scale("", scale))
 
 
 def copy_blocks_torch(key_caches: Sequence[torch.Tensor], value_caches: Sequence[torch.Tensor],
@@ -93,6 +94,6 @@ def gather_torch(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table
     for cache, out, scale in ((key_cache, out_key, k_scale), (value_cache, out_value, v_scale)):
         entries = cache[_entries(cache, layout, block, offset)]
         if kv_cache_dtype == "fp8_e4m3":
-            entries = dequantize_torch(entries, scale_float32("", scale))
+            entries = dequantize_torch(entries, check_scale("", scale))
         mine = bits(out[:rows])
         mine.copy_(torch.where(valid[:, None, None], bits(entries), mine))

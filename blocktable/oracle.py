@@ -18,13 +18,25 @@ overrides; both are proven equal to the reference's paged-cache model.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from blocktable.device import Backend, check_tensor, current, upload
+
+
+class Engine(Protocol):
+    """How a DeviceCache's three operations are carried out (TritonEngine, TorchEngine)."""
+
+    def write(self, slot_mappings: torch.Tensor, values: torch.Tensor) -> None: ...
+
+    def copy(self, ids: torch.Tensor, block_slots: int) -> None: ...
+
+    def gather(self, table: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, K: int, B: int, W: int,
+               I: int) -> torch.Tensor: ...
 
 
 def _tile(backend: Backend) -> int:
@@ -85,7 +97,7 @@ class DeviceCache:
         name = engine or os.environ.get("BLOCKTABLE_ORACLE", default)
         if name not in ENGINES:
             raise ValueError(f"oracle engine must be one of {', '.join(ENGINES)}, got {name!r}")
-        self.engine = ENGINES[name](self)
+        self.engine: Engine = ENGINES[name](self)
         self.slot_base = slot_base
         self.num_slots = num_slots
         self.ranks = ranks
@@ -168,15 +180,15 @@ class DeviceCache:
         if isinstance(rows, np.ndarray) and isinstance(positions, np.ndarray):
             return self.read(block_table, Reads.send(rows, positions, self.backend), **kw)
         check_tensor("block_table", block_table, torch.int32, 2, self.backend)
-        check_tensor("rows", rows, torch.int32, 1, self.backend)
-        check_tensor("positions", positions, torch.int64, 1, self.backend)
+        rows = check_tensor("rows", rows, torch.int32, 1, self.backend)
+        positions = check_tensor("positions", positions, torch.int64, 1, self.backend)
         self._check_ranks(cp_world_size)
         M = len(positions)
         if len(rows) != M:
             raise ValueError(f"{len(rows)} rows for {M} positions")
         if M:
-            bad_row, bad_position = torch.stack([((rows < 0) | (rows >= block_table.shape[0])).any(),
-                                                 (positions < 0).any()]).tolist()  # one device sync for both
+            bad_row, bad_position = torch.stack([torch.any((rows < 0) | (rows >= block_table.shape[0])),
+                                                 torch.any(positions < 0)]).tolist()  # one device sync for both
             if bad_row:
                 raise ValueError(f"gather: a row index lies outside the table's {block_table.shape[0]} rows")
             if bad_position:
@@ -289,4 +301,4 @@ class TorchEngine:
         return out
 
 
-ENGINES = {"triton": TritonEngine, "torch": TorchEngine}
+ENGINES: dict[str, Callable[[DeviceCache], Engine]] = {"triton": TritonEngine, "torch": TorchEngine}

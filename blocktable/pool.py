@@ -17,7 +17,7 @@ moves ids in numpy slices, which the linked list cannot.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -144,6 +144,7 @@ class BlockPool:
     def _pop(self, n: int) -> list[int]:
         """n blocks off the head of the linked queue; a cached one loses its key first."""
         nxt, hash_of = self._next, self._hash_of
+        assert nxt is not None  # the linked queue exists exactly when prefix caching is on
         ids = []
         b = nxt[self._HEAD]
         for _ in range(n):
@@ -158,18 +159,21 @@ class BlockPool:
 
     def _push(self, ids: list[int]) -> None:
         nxt, prv, tail = self._next, self._prev, self._TAIL
+        assert nxt is not None
         for b in ids:
             last = prv[tail]
             nxt[last], prv[b], nxt[b], prv[tail] = b, last, tail, b
         self._size += len(ids)
 
     def _unlink(self, b: int) -> None:
+        assert self._next is not None
         before, after = self._prev[b], self._next[b]
         self._next[before], self._prev[after] = after, before
         self._size -= 1
 
     def _evict(self, b: int) -> None:
         h = self._hash_of[b]
+        assert h is not None  # only a cached block is evicted
         blocks = self._cached[h][2]
         del blocks[b]
         if not blocks:

@@ -1,11 +1,9 @@
-"""Prefix caching (docs/contract.md §8): chained block hashes, and the lookup and admission
-that span a request's KV-cache groups.
+"""Prefix caching (docs/contract.md §8): the lookup and admission that span a
+request's KV-cache groups.
 
-A key is never materialized as a token prefix: logical block j of a group is named by
-h_j = blake2b(h_{j-1} || group || tokens of block j), 16 bytes, with h_{-1} = ROOT.
-Equal hashes stand for equal (group, prefix) keys; a 128-bit collision is out of
-scope. A lookup hashes block by block and stops at the first miss, so its cost is
-the hit length, not the prompt length.
+A key is never materialized as a token prefix (blocktable/keys.py): a lookup hashes
+block by block and stops at the first miss, so its cost is the hit length, not the
+prompt length.
 
 Admission touches every group's hits before it allocates any group's fresh blocks:
 allocating first could evict a block that the lookup counted on in another group.
@@ -13,50 +11,13 @@ allocating first could evict a block that the lookup counted on in another group
 
 from __future__ import annotations
 
-import hashlib
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from blocktable.sequence import SequenceBlocks
-
-ROOT = bytes(16)  # the parent hash of logical block 0
-INT64_MAX = 2**63 - 1
-
-
-def token_array(tokens: Sequence[int], count: int | None, what: str) -> np.ndarray:
-    """Token ids as an int64 array: a flat sequence of ints in [0, 2**63), `count` of
-    them (any number when None)."""
-    array = np.asarray(tokens)
-    if array.ndim != 1:
-        raise TypeError(f"{what}: tokens must be a flat sequence of ints, got shape {array.shape}")
-    if array.size and array.dtype.kind not in "iu":
-        raise TypeError(f"{what}: token ids must be ints, got {array.dtype}")
-    if count is not None and array.size != count:
-        raise ValueError(f"{what}: {array.size} tokens given for {count} slots")
-    if array.size and (int(array.min()) < 0 or int(array.max()) > INT64_MAX):
-        raise ValueError(f"{what}: token ids must lie in [0, 2**63), got {int(array.min())} .. {int(array.max())}")
-    return array.astype(np.int64, copy=False)
-
-
-def block_hash(parent: bytes, salt: bytes, block: bytes) -> bytes:
-    """One full block's key: its parent block's hash, its group (`salt`) and its own
-    tokens (int64, native bytes); a hash chain makes it stand for the whole prefix."""
-    return hashlib.blake2b(parent + salt + block, digest_size=16).digest()
-
-
-def chain_hashes(parent: bytes, data: bytes, tokens_per_block: int, group: int) -> list[bytes]:
-    """The hashes of the full blocks in `data` (int64 token ids, native bytes), the first
-    chained to `parent`."""
-    step = 8 * tokens_per_block
-    salt = group.to_bytes(8, "little")
-    out = []
-    for at in range(0, len(data) - step + 1, step):
-        parent = block_hash(parent, salt, data[at:at + step])
-        out.append(parent)
-    return out
+from blocktable.keys import ROOT, Tokens, block_hash, chain_hashes, token_ids
+from blocktable.sequence import SequenceBlocks
 
 
 def check_groups(groups: Sequence[SequenceBlocks], what: str) -> None:
@@ -88,11 +49,11 @@ def _lookup(groups: Sequence[SequenceBlocks], tokens: np.ndarray) -> int:
     return L // step * step
 
 
-def find_prefix(groups: Sequence[SequenceBlocks], tokens: Sequence[int]) -> int:
+def find_prefix(groups: Sequence[SequenceBlocks], tokens: Tokens) -> int:
     """L: the largest multiple of every group's S, at most len(tokens) - 1, below which
     every logical block is cached in every group; 0 with prefix caching off."""
     check_groups(groups, "find_prefix")
-    return _lookup(groups, token_array(tokens, None, "find_prefix"))
+    return _lookup(groups, token_ids(tokens, None, "find_prefix"))
 
 
 def _plan(groups: Sequence[SequenceBlocks], tokens: np.ndarray, num_new: int | None,
@@ -118,19 +79,19 @@ def _plan(groups: Sequence[SequenceBlocks], tokens: np.ndarray, num_new: int | N
     return L, slots, need
 
 
-def blocks_to_add(groups: Sequence[SequenceBlocks], tokens: Sequence[int], num_new: int | None = None) -> int:
+def blocks_to_add(groups: Sequence[SequenceBlocks], tokens: Tokens, num_new: int | None = None) -> int:
     """How many free-queue blocks `add_request` with these arguments would take."""
     check_groups(groups, "blocks_to_add")
-    return _plan(groups, token_array(tokens, None, "blocks_to_add"), num_new, "blocks_to_add")[2]
+    return _plan(groups, token_ids(tokens, None, "blocks_to_add"), num_new, "blocks_to_add")[2]
 
 
-def add_request(groups: Sequence[SequenceBlocks], seq: int, tokens: Sequence[int],
+def add_request(groups: Sequence[SequenceBlocks], seq: int, tokens: Tokens,
                 num_new: int | None = None) -> tuple[int, list[list[int]]]:
     """Admit `seq` in every group: L, every group's hits touched, then fresh blocks for
     the tokens in [L, L + num_new) (all the rest by default). Returns L and the rows.
     A refused call changes nothing."""
     check_groups(groups, "add")
-    array = token_array(tokens, None, "add")
+    array = token_ids(tokens, None, "add")
     for seqs in groups:
         seqs.check_new(seq, "add")
     L, slots, need = _plan(groups, array, num_new, "add")

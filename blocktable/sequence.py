@@ -13,12 +13,12 @@ its parent's hash and its own S tokens, and inserted into the pool's cache map.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from blocktable.keys import ROOT, Tokens, chain_hashes, token_ids
 from blocktable.pool import BlockPool
-from blocktable.prefix import ROOT, chain_hashes, token_array
 
 
 class Growth(NamedTuple):
@@ -63,13 +63,13 @@ class SequenceBlocks:
         if seq in self.num_tokens:
             raise ValueError(f"{what}: sequence {seq} already exists")
 
-    def _tokens(self, tokens: Sequence[int] | None, count: int, what: str) -> np.ndarray | None:
+    def _tokens(self, tokens: Tokens | None, count: int, what: str) -> np.ndarray | None:
         """Required with prefix caching; with it off, checked if given, then dropped."""
         if tokens is None:
             if self.pool.prefix_caching:
                 raise ValueError(f"{what}: prefix caching needs the ids of the tokens that get slots")
             return None
-        array = token_array(tokens, count, what)
+        array = token_ids(tokens, count, what)
         return array if self.pool.prefix_caching else None
 
     @staticmethod
@@ -88,7 +88,7 @@ class SequenceBlocks:
         grow = _blocks_for(have + n, self.tokens_per_block) - _blocks_for(have, self.tokens_per_block)
         return grow + (1 if n and self._copy_needed(seq) else 0)
 
-    def add(self, seq: int, num_tokens: int, tokens: Sequence[int] | None = None, computed: int = 0) -> list[int]:
+    def add(self, seq: int, num_tokens: int, tokens: Tokens | None = None, computed: int = 0) -> list[int]:
         """A new sequence with slots for num_tokens tokens; returns its row. With prefix
         caching, `tokens` are their ids and the first `computed` (a multiple of S, all
         cached) are hits: the row starts with them, touched."""
@@ -153,7 +153,7 @@ class SequenceBlocks:
             hashes += chain_hashes(hashes[-1] if hashes else ROOT, data, S, self.group)
             self._cache_blocks(seq, first)
 
-    def append(self, seq: int, n: int, tokens: Sequence[int] | None = None) -> Growth:
+    def append(self, seq: int, n: int, tokens: Tokens | None = None) -> Growth:
         """Slots for n more tokens (copy-on-write of a shared partial last block first).
         With prefix caching, `tokens` are their ids; blocks that become full are cached."""
         blocks = self._live(seq, "append")
@@ -173,7 +173,8 @@ class SequenceBlocks:
             cow = (src, dst)
             self._pending_copies.append(cow)
         have = self.num_tokens[seq]
-        new = self.pool.allocate(_blocks_for(have + n, self.tokens_per_block) - _blocks_for(have, self.tokens_per_block))
+        S = self.tokens_per_block
+        new = self.pool.allocate(_blocks_for(have + n, S) - _blocks_for(have, S))
         blocks += new
         self.num_tokens[seq] = have + n
         if array is not None:
@@ -191,7 +192,7 @@ class SequenceBlocks:
             self._hashes[child] = list(self._hashes[parent])
         return list(blocks)
 
-    def _give_back(self, seq: int) -> None:
+    def _release(self, seq: int) -> None:
         last_first: list[int] = []
         seen: set[int] = set()
         for b in reversed(self.blocks[seq]):
@@ -206,14 +207,14 @@ class SequenceBlocks:
             self.preempted.remove(seq)
         else:
             self._live(seq, "free")
-            self._give_back(seq)
+            self._release(seq)
         del self.num_tokens[seq]
         if seq in self._hashes:
             del self.tokens[seq], self._hashes[seq]
 
     def preempt(self, seq: int) -> None:
         self._live(seq, "preempt")
-        self._give_back(seq)
+        self._release(seq)
         self.preempted.add(seq)
 
     def resume(self, seq: int) -> list[int]:

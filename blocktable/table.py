@@ -9,7 +9,7 @@ cannot leak into the transfer still in flight: the device receives a snapshot.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -139,6 +139,7 @@ class BlockTable:
         if self._staging is None:
             self.device_tensor[:n].copy_(self._host[:n])
             return
+        assert self._sent is not None  # made with the staging buffer
         self._sent.synchronize()  # the previous transfer has finished reading the staging buffer
         self._staging[:n].copy_(self._host[:n])
         self.device_tensor[:n].copy_(self._staging[:n], non_blocking=True)

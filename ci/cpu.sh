@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CPU job (.github/workflows/cpu.yml): install as the README says, then the
-# README's test command. No GPU: the Triton kernels run under the interpreter and
+# The CPU job (.github/workflows/cpu.yml): install as the README says, lint and
+# types (ci/lint.sh), then the README's test command. No GPU: the Triton kernels run under the interpreter and
 # the `gpu`-marked tests are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 ci_setup cpu
 ci_redis
 export BLOCKTABLE_PROFILE=ci
+bash ci/lint.sh
 pytest -n auto
 # Where the fleet's example database is set (a repository secret; docs/fleet.md),
 # the failures the nightly runners saved are replayed first, read-only: a pull

@@ -14,8 +14,8 @@ ci_setup() {
   if [ "$runner" = cpu ]; then
     python -m pip install --quiet torch --index-url https://download.pytorch.org/whl/cpu
   fi
-  python -m pip install --quiet -e '.[test]'
-  python -m pip list 2>/dev/null | grep -iE '^(numpy|torch|triton|hypothesis|pytest|pytest-xdist|rich) '
+  python -m pip install --quiet -e '.[test,lint]'
+  python -m pip list 2>/dev/null | grep -iE '^(numpy|torch|triton|hypothesis|pytest|pytest-xdist|rich|ruff|mypy) '
 }
 
 # `ci_redis`: the Redis server from the OS packages, for the example-database tests

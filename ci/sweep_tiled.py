@@ -6,6 +6,8 @@ the vectorized reference before it is timed; medians of CUDA-graph replays, µs.
     python ci/sweep_tiled.py            # on a GPU machine with the package installed
 """
 
+import functools
+
 import torch
 import triton
 import triton.testing
@@ -21,21 +23,25 @@ SHAPES = [("decode-256", 256, 1), ("decode-1024", 1024, 1), ("mixed-64x128", 64,
 CONFIGS = [(128, 4), (256, 4), (256, 8), (512, 4), (512, 8), (1024, 4), (1024, 8), (2048, 8)]
 KERNELS = {"tiled": kernels.slot_mapping_tiled, "specialized": kernels.slot_mapping_tiled_specialized}
 
+
+
+def launch(kernel, x, out, block, warps, whole):
+    N, T, c = x["qsl"].numel() - 1, x["T"], x["config"]
+    kernel[(triton.cdiv(T, block),)](
+        x["qsl"], x["positions"], x["table"], x["table"].stride(0), out, N, T, T,
+        x["table"].shape[1], c["kv_block_size"], c["kernel_block_size"], c["cp_world_size"],
+        c["cp_rank"], c["cp_interleave"], SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=block,
+        WHOLE_TILES=whole, num_warps=warps)
+
+
 for W, I in [(1, 1), (4, 16)]:
     for name, requests, per_request in SHAPES:
         x = make_inputs(requests, per_request, W, I, 0, "cuda")
-        c = x["config"]
         out = torch.empty(x["T"], dtype=torch.int64, device="cuda")
-        N, T = x["qsl"].numel() - 1, x["T"]
         for label, kernel in KERNELS.items():
             cells = []
             for (block, warps), whole in [(cfg, w) for w in (False, True) for cfg in CONFIGS]:
-                def call():
-                    kernel[(triton.cdiv(T, block),)](
-                        x["qsl"], x["positions"], x["table"], x["table"].stride(0), out, N, T, T,
-                        x["table"].shape[1], c["kv_block_size"], c["kernel_block_size"], c["cp_world_size"],
-                        c["cp_rank"], c["cp_interleave"], SEARCH_STEPS=max(0, N - 1).bit_length(), BLOCK=block,
-                        WHOLE_TILES=whole, num_warps=warps)
+                call = functools.partial(launch, kernel, x, out, block, warps, whole)
                 out.fill_(-7)
                 call()
                 assert (out.cpu().numpy() == x["expected"]).all(), (name, label, block, warps, whole)

@@ -92,7 +92,7 @@ class WorldConfig:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "WorldConfig":
+    def from_json(cls, data: dict[str, Any]) -> WorldConfig:
         data = dict(data)
         data["groups"] = tuple(GroupConfig(**g) for g in data["groups"])
         if data.get("kv") is not None:
@@ -100,10 +100,12 @@ class WorldConfig:
         return cls(**data)
 
     def describe(self) -> str:
-        groups = ", ".join(
-            f"[K={g.kv_block_size} B={g.kernel_block_size} "
-            f"{'sharded I=' + str(g.cp_interleave) if g.sharded and self.cp_world_size > 1 else 'replicated' if not g.sharded else 'W=1'}]"
-            for g in self.groups)
+        def mode(g: GroupConfig) -> str:
+            if not g.sharded:
+                return "replicated"
+            return f"sharded I={g.cp_interleave}" if self.cp_world_size > 1 else "W=1"
+
+        groups = ", ".join(f"[K={g.kv_block_size} B={g.kernel_block_size} {mode(g)}]" for g in self.groups)
         return (f"groups {groups}; W={self.cp_world_size}; pool {self.num_blocks} blocks"
                 f"{' (null block 0)' if self.null_block else ''}"
                 f"{f', ids offset by {self.id_offset}' if self.id_offset else ''}; "

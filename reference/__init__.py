@@ -5,6 +5,8 @@ docs/contract.md, section by section; the implementation (`blocktable`, `blockta
 is proven equal to it, bit for bit. This package imports numpy and nothing else.
 """
 
+from blocktable.reference.groups import MultiGroupBlockTable
+from blocktable.reference.history import History
 from blocktable.reference.layout import (
     NULL_BLOCK_ID,
     PAD_SLOT_ID,
@@ -13,14 +15,12 @@ from blocktable.reference.layout import (
     map_to_kernel_blocks,
     row_width,
 )
-from blocktable.reference.table import BlockTable
-from blocktable.reference.groups import MultiGroupBlockTable
-from blocktable.reference.slot import owner_rank, slot_mapping, slot_mappings_all_ranks, slot_of_position
-from blocktable.reference.pool import BlockPool, InvariantError
-from blocktable.reference.sequence import SequenceBlocks
-from blocktable.reference.history import History
 from blocktable.reference.oracle import PagedCache
+from blocktable.reference.pool import BlockPool, InvariantError
 from blocktable.reference.prefix import add_request, blocks_to_add, find_prefix, resume_request
+from blocktable.reference.sequence import SequenceBlocks
+from blocktable.reference.slot import owner_rank, slot_mapping, slot_mappings_all_ranks, slot_of_position
+from blocktable.reference.table import BlockTable
 
 __all__ = [
     "NULL_BLOCK_ID",

@@ -6,7 +6,7 @@ validated before any group changes, so an overflow in group 2 leaves group 1 as 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from blocktable.reference.layout import GroupLayout
 from blocktable.reference.table import BlockTable

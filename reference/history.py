@@ -4,7 +4,9 @@ preemption keeps it (the tokens are recomputed into new blocks on resume)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+
+import numpy as np
 
 
 class History:
@@ -16,7 +18,7 @@ class History:
             raise ValueError(f"history: sequence {seq} already exists")
         self.values[seq] = []
 
-    def write(self, seq: int, start: int, values: Sequence[int]) -> None:
+    def write(self, seq: int, start: int, values: Sequence[int] | np.ndarray) -> None:
         """Positions start, start+1, ... take these values. Writing may overwrite (a
         recompute) but may not leave a hole."""
         history = self.values[seq]

@@ -29,9 +29,10 @@ rejects them: TypeError for a wrong type or dtype, ValueError for the rest.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from blocktable.reference.fp8 import bfloat16_to_float32, decode_e4m3, encode_e4m3
 
@@ -159,7 +160,8 @@ def check_kv_cache_dtype(kv_cache_dtype: object) -> None:
         raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache_dtype!r}")
 
 
-def check_scale(name: str, scale: object) -> None:
+def check_scale(name: str, scale: object) -> float:
+    """float32(scale) as a Python float, or the error the contract asks for."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"{name} must be a Python float, got {type(scale).__name__}")
     try:
@@ -169,9 +171,10 @@ def check_scale(name: str, scale: object) -> None:
         as_float32 = math.inf
     if not (math.isfinite(as_float32) and as_float32 > 0):
         raise ValueError(f"{name} must be finite and > 0 in float32, got {scale!r}")
+    return as_float32
 
 
-def _array(name: str, a: object, dtype: np.dtype | None = None, ndim: int | None = None) -> np.ndarray:
+def _array(name: str, a: object, dtype: npt.DTypeLike | None = None, ndim: int | None = None) -> np.ndarray:
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(a).__name__}")
     if dtype is not None and a.dtype != dtype:
@@ -181,9 +184,8 @@ def _array(name: str, a: object, dtype: np.dtype | None = None, ndim: int | None
     return a
 
 
-def _cache_pair(key_cache: object, value_cache: object, layout: str) -> tuple[int, int, int, int]:
-    _array("key_cache", key_cache, ndim=4)
-    _array("value_cache", value_cache, ndim=4)
+def _cache_pair(key: object, value: object, layout: str) -> tuple[int, int, int, int]:
+    key_cache, value_cache = _array("key_cache", key, ndim=4), _array("value_cache", value, ndim=4)
     if value_cache.dtype != key_cache.dtype:
         raise TypeError(f"value_cache is {value_cache.dtype} but key_cache is {key_cache.dtype}")
     if value_cache.shape != key_cache.shape:
@@ -275,7 +277,7 @@ def check_pairs(block_mapping: np.ndarray, num_blocks: int | None) -> None:
                     raise ValueError(f"copy: block {block} of pair ({src}, {dst}) lies outside the caches' "
                                      f"{num_blocks} blocks")
     sources, destinations = {src for src, _ in pairs}, set()
-    for src, dst in pairs:
+    for _, dst in pairs:
         if dst in destinations:
             raise ValueError(f"copy: block {dst} is a destination twice")
         if dst in sources:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 PAD_SLOT_ID = -1  # slot mappings only
 NULL_BLOCK_ID = 0  # block-table padding; the pool never hands block 0 out (null_block=True)

@@ -8,7 +8,7 @@ can be proven equal to it, whole buffer included.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -12,11 +12,11 @@ set. Which key a block is under is found by scanning the map.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from blocktable.reference.prefix import Key
+from blocktable.reference.keys import Key
 
 
 class InvariantError(AssertionError):
@@ -45,7 +45,7 @@ class BlockPool:
         self.null_block = null_block
         self.ref = np.zeros(num_blocks, dtype=np.int64)  # per block: how many live tables hold it
         first = 1 if null_block else 0
-        self.free_queue: list[int] = list(range(first, num_blocks))
+        self.queue: list[int] = list(range(first, num_blocks))  # the free queue, head first
         self.prefix_caching = prefix_caching
         self.cached: dict[Key, list[int]] = {}  # docs/contract.md §8's cache map; empty when off
 
@@ -56,7 +56,11 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self.free_queue)
+        return len(self.queue)
+
+    def free_queue(self) -> list[int]:
+        """The free queue, head first (a copy)."""
+        return list(self.queue)
 
     def _check_id(self, b: int, what: str) -> None:
         if not 0 <= b < self.num_blocks:
@@ -68,10 +72,10 @@ class BlockPool:
         """Pop n blocks from the head of the queue, each at ref 1."""
         if type(n) is not int or n < 0:
             raise ValueError(f"allocate needs a count >= 0, got {n!r}")
-        if n > len(self.free_queue):
-            raise ValueError(f"cannot allocate {n} blocks: only {len(self.free_queue)} are free")
-        ids = self.free_queue[:n]
-        del self.free_queue[:n]
+        if n > len(self.queue):
+            raise ValueError(f"cannot allocate {n} blocks: only {len(self.queue)} are free")
+        ids = self.queue[:n]
+        del self.queue[:n]
         for b in ids:
             # docs/contract.md §8's eviction: a popped block loses its key before it is handed out.
             key = self.block_key(b)
@@ -109,7 +113,7 @@ class BlockPool:
         for b in ids:
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.free_queue.append(b)
+                self.queue.append(b)
 
     def share(self, ids: Sequence[int]) -> None:
         """Fork: one more table holds each of these blocks. Ids must be distinct and in use."""
@@ -157,7 +161,7 @@ class BlockPool:
                 raise ValueError(f"touch: block {b} is not cached; only a lookup's hits are touched")
         for b in ids:
             if self.ref[b] == 0:
-                self.free_queue.remove(b)
+                self.queue.remove(b)
         for b in ids:
             self.ref[b] += 1
 
@@ -196,7 +200,7 @@ class BlockPool:
         table_of = np.repeat(np.arange(len(tables)), [len(table) for table in tables])
         pairs = np.unique(table_of * self.num_blocks + ids)
         holders = np.bincount(pairs % self.num_blocks, minlength=self.num_blocks)
-        queue = np.asarray(self.free_queue, dtype=np.int64)
+        queue = np.asarray(self.queue, dtype=np.int64)
         outside = (queue < 0) | (queue >= self.num_blocks)
         if outside.any():
             b = int(queue[outside][0])

@@ -11,45 +11,17 @@ lookup covers all groups:
    and only then allocates the fresh blocks of every group. Allocating one group's
    blocks before touching another's could evict a block the lookup counted on.
 
-Keys here are the whole prefix as a tuple, plus the group index: the obvious form,
-with memory and time linear in the prefix per key (the implementation chains hashes).
+Keys are blocktable.reference.keys's: the whole prefix as a tuple, plus the group.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
 
-import numpy as np
-
+from blocktable.reference.keys import block_key, token_ids
 from blocktable.reference.layout import cdiv
-
-if TYPE_CHECKING:
-    from blocktable.reference.sequence import SequenceBlocks
-
-Key = tuple[int, tuple[int, ...]]  # (group, tokens[0:(j + 1) * S]) of logical block j
-INT64_MAX = 2**63 - 1
-
-
-def block_key(group: int, tokens: Sequence[int], j: int, tokens_per_block: int) -> Key:
-    """Logical block j's key: the group and the whole token prefix up to the block's end."""
-    return (group, tuple(tokens[:(j + 1) * tokens_per_block]))
-
-
-def check_tokens(tokens: Sequence[int], count: int | None, what: str) -> list[int]:
-    """Token ids as Python ints: a flat sequence of ints in [0, 2**63), `count` of them
-    (any number when None). The test goes through np.asarray, as the implementation's
-    does, so that both sides refuse exactly the same inputs."""
-    array = np.asarray(tokens)
-    if array.ndim != 1:
-        raise TypeError(f"{what}: tokens must be a flat sequence of ints, got shape {array.shape}")
-    if array.size and array.dtype.kind not in "iu":
-        raise TypeError(f"{what}: token ids must be ints, got {array.dtype}")
-    if count is not None and array.size != count:
-        raise ValueError(f"{what}: {array.size} tokens given for {count} slots")
-    if array.size and (int(array.min()) < 0 or int(array.max()) > INT64_MAX):
-        raise ValueError(f"{what}: token ids must lie in [0, 2**63), got {int(array.min())} .. {int(array.max())}")
-    return [int(t) for t in array]
+from blocktable.reference.sequence import SequenceBlocks
 
 
 def check_groups(groups: Sequence[SequenceBlocks], what: str) -> None:
@@ -67,7 +39,7 @@ def find_prefix(groups: Sequence[SequenceBlocks], tokens: Sequence[int]) -> int:
     """L for a request with these tokens (docs/contract.md §8's lookup); 0 with prefix
     caching off."""
     check_groups(groups, "find_prefix")
-    tokens = check_tokens(tokens, None, "find_prefix")
+    tokens = token_ids(tokens, None, "find_prefix")
     pool = groups[0].pool
     if not pool.prefix_caching or not tokens:
         return 0
@@ -84,7 +56,7 @@ def find_prefix(groups: Sequence[SequenceBlocks], tokens: Sequence[int]) -> int:
     return L // step * step
 
 
-def _hits(groups: Sequence[SequenceBlocks], tokens: list[int], L: int) -> list[list[int]]:
+def _hits(groups: Sequence[SequenceBlocks], tokens: list[int], L: int) -> list[list[int | None]]:
     """Each group's hit blocks: the first block under each key below L."""
     pool = groups[0].pool
     return [[pool.first_cached(block_key(s.group, tokens, j, s.tokens_per_block))
@@ -112,7 +84,7 @@ def _plan(groups: Sequence[SequenceBlocks], tokens: list[int], num_new: int | No
 def blocks_to_add(groups: Sequence[SequenceBlocks], tokens: Sequence[int], num_new: int | None = None) -> int:
     """How many free-queue blocks `add_request` with these arguments would take."""
     check_groups(groups, "blocks_to_add")
-    return _plan(groups, check_tokens(tokens, None, "blocks_to_add"), num_new, "blocks_to_add")[2]
+    return _plan(groups, token_ids(tokens, None, "blocks_to_add"), num_new, "blocks_to_add")[2]
 
 
 def add_request(groups: Sequence[SequenceBlocks], seq: int, tokens: Sequence[int],
@@ -123,7 +95,7 @@ def add_request(groups: Sequence[SequenceBlocks], seq: int, tokens: Sequence[int
     schedules L onwards. A refused call (a bad argument, too few free blocks) changes
     nothing."""
     check_groups(groups, "add")
-    tokens = check_tokens(tokens, None, "add")
+    tokens = token_ids(tokens, None, "add")
     for s in groups:
         s.check_new(seq, "add")
     L, slots, need = _plan(groups, tokens, num_new, "add")

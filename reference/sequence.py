@@ -12,12 +12,12 @@ cache map under its key. A lookup's hits come in through `add(..., computed=L)`;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
+from blocktable.reference.keys import block_key, token_ids
 from blocktable.reference.layout import cdiv
 from blocktable.reference.pool import BlockPool, InvariantError
-from blocktable.reference.prefix import block_key, check_tokens
 
 
 @dataclass
@@ -75,7 +75,7 @@ class SequenceBlocks:
             if self.pool.prefix_caching:
                 raise ValueError(f"{what}: prefix caching needs the ids of the tokens that get slots")
             return None
-        tokens = check_tokens(tokens, count, what)
+        tokens = token_ids(tokens, count, what)
         return tokens if self.pool.prefix_caching else None
 
     def blocks_needed(self, seq: int, n: int) -> int:
@@ -111,6 +111,7 @@ class SequenceBlocks:
             raise ValueError("add: prefix caching is off, so no token is computed ahead")
         hits = []
         for j in range(computed // S):
+            assert tokens is not None  # computed > 0 needs prefix caching, which needs the tokens
             b = self.pool.first_cached(block_key(self.group, tokens, j, S))
             if b is None:
                 raise ValueError(f"add: logical block {j} of the prefix is not cached in group {self.group}")

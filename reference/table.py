@@ -8,7 +8,7 @@ contract: entries past a row's count (its stale tail) are compared too.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import copy
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 
 from blocktable import device
-from blocktable.properties import profiles
+from blocktable.properties.run import profiles
 
 
 def _pin_worker_gpu() -> None:
@@ -102,6 +103,18 @@ def escape(value: object) -> str:
 @pytest.fixture(scope="session")
 def backend() -> device.Backend:
     return BACKEND
+
+
+@pytest.fixture
+def kernels(backend: device.Backend) -> Callable[..., Any]:
+    """kernels(slot="triton", **kv) -> the Plugins a lockstep run takes: the slot-mapping
+    kernel by name or as a function, and KV kernels by kind (ours for the rest)."""
+    from blocktable.properties.run.prepare import plugins_for
+
+    def make(slot: Any = "triton", **kv: str) -> Any:
+        return plugins_for(slot, kv, backend)
+
+    return make
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

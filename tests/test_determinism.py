@@ -12,7 +12,7 @@ from pathlib import Path
 DRAWS = '''
 import hashlib, os
 from hypothesis import given
-from blocktable.properties import strategies
+from blocktable.properties.slot import draw as strategies
 
 @given(case=strategies.slot_cases())
 def test_draw(case):

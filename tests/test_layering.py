@@ -81,3 +81,126 @@ def test_our_kernels_package_cannot_be_shadowed(monkeypatch):
     import blocktable.kernels
 
     assert Path(blocktable.kernels.__file__).parent == PACKAGE_DIR["kernels"]
+
+
+# -- the import graph ------------------------------------------------------------------------
+
+
+def module_name(path: Path) -> str:
+    """The import name of a source file of the four folders."""
+    for folder, root in PACKAGE_DIR.items():
+        if root in path.parents and (folder != "blocktable" or not any(
+                PACKAGE_DIR[n] in path.parents for n in ("reference", "kernels", "properties"))):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            prefix = ["blocktable"] if folder == "blocktable" else ["blocktable", folder]
+            return ".".join(prefix + parts)
+    raise AssertionError(f"{path} lies in none of the four folders")
+
+
+MODULES = {module_name(p): p for folder in PACKAGE_DIR for p in sources(folder)}
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module of the package that `path` imports, at module level or inside a
+    function, under `if TYPE_CHECKING:` too (an annotation is a dependency):
+    `from a.b import c` names a.b.c when that is a module, else a.b."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            candidates = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                          for alias in node.names]
+        else:
+            continue
+        for name in candidates:
+            while name and name not in MODULES:  # `import a.b.c` of a name inside a module
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+    found.discard(module_name(path))
+    return found
+
+
+GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's), and any
+    module that imports itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_finds_a_planted_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    assert "blocktable.properties.lockstep.state" in GRAPH["blocktable.properties.lockstep.driver"]
+
+
+def test_no_import_circle_anywhere():
+    assert circles(GRAPH) == []
+
+
+def _room(name: str) -> str:
+    parts = name.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "properties" else ""
+
+
+@pytest.mark.parametrize("room, forbidden", [("slot", ("lockstep", "run", "mutation", "cases", "report")),
+                                             ("kv", ("lockstep", "run", "mutation", "cases", "report")),
+                                             ("report", ("run", "mutation")),
+                                             ("cases", ("run", "mutation", "report")),
+                                             ("lockstep", ("run", "mutation", "report", "cases"))])
+def test_rooms_import_downward_only(room, forbidden):
+    for name, targets in GRAPH.items():
+        if _room(name) == room:
+            bad = sorted(t for t in targets if _room(t) in forbidden)
+            assert not bad, f"{name} imports {bad}"
+
+
+def test_the_ground_floor_of_properties_imports_no_room():
+    """world, compare, outcome and fault are what every room stands on."""
+    for leaf in ("world", "compare", "outcome", "fault"):
+        targets = GRAPH[f"blocktable.properties.{leaf}"]
+        assert not [t for t in targets if _room(t)], f"{leaf} imports {targets}"
+
+
+def test_no_module_is_over_400_lines_and_properties_keeps_few_at_its_top():
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 400}
+    assert not long
+    top = sorted(p.name for p in PACKAGE_DIR["properties"].glob("*.py"))
+    assert len(top) <= 6, top

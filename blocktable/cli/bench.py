@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, console, normalize_kernel,
-                                   normalize_kv, usage_error)
+from blocktable.cli import bench_kv
+from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, UsageError, console, normalize_kernel, normalize_kv, usage_error
+from blocktable.cli.timing import copy_bandwidth, time_call
 from blocktable.device import CHOICES
+from blocktable.plugin import KV_KINDS, KernelSpec
 
 # (name, requests, tokens per request)
 SHAPES = [("decode-256", 256, 1), ("decode-1024", 1024, 1), ("mixed-64x128", 64, 128),
@@ -51,8 +52,7 @@ def label(kernel: str) -> str:
 
 def short(spec: str) -> str:
     """A plug-in as tables name it: a file's name, not its absolute path."""
-    where, colon, name = spec.rpartition(":")
-    return f"{Path(where).name}:{name}" if colon and where.endswith(".py") else spec
+    return KernelSpec.parse(spec).short
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--suite", choices=["all", "slot", "kv"], default="all",
                    help="the slot-mapping kernels, the KV kernels (docs/contract.md §9), or both (default)")
-    for kind in ("write", "copy", "gather"):
+    for kind in KV_KINDS:
         p.add_argument(f"--kv-{kind}", action="append", default=[], metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
                        help=f"a KV {kind} plug-in to time beside ours and torch-native (repeatable)")
     p.set_defaults(run=run)
@@ -104,7 +104,7 @@ def make_inputs(requests: int, per_request: int, W: int, I: int, seed: int, devi
     width = -(-int(positions.max() + 1) // (K * W)) * (K // B)
     table = rng.integers(1, 2**31 - 1, size=(requests, width), dtype=np.int64).astype(np.int32)
     # Bytes a kernel must move at least: positions in, the output out, qsl, and each table entry used once.
-    from blocktable.properties.vectorized import slot_mapping_vectorized
+    from blocktable.properties.slot.truth import slot_mapping_vectorized
 
     config = dict(kv_block_size=K, kernel_block_size=B, cp_world_size=W, cp_rank=0, cp_interleave=I)
     expected = slot_mapping_vectorized(qsl, positions, table, T, **config)
@@ -116,48 +116,16 @@ def make_inputs(requests: int, per_request: int, W: int, I: int, seed: int, devi
             "expected": expected, "bytes": nbytes}
 
 
-def time_call(fn: Callable[[], None], cuda: bool) -> tuple[float, str]:
-    """Median microseconds: CUDA-graph replays on a GPU (plain launches if the kernel
-    cannot be captured), wall time under the interpreter."""
-    if not cuda:
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e6, "interpreter wall time, not a timing"
-    import torch
-    import triton.testing
-
-    try:
-        ms = triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
-        return ms * 1e3, ""
-    except Exception as e:  # e.g. a plug-in that synchronises cannot be captured
-        torch.cuda.synchronize()
-        ms = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-        return ms * 1e3, f"no CUDA graph ({type(e).__name__}): plain launches"
-
-
-def copy_bandwidth(cuda: bool) -> float | None:
-    """Device-to-device copy, bytes read + written per second (GB/s)."""
-    if not cuda:
-        return None
-    import torch
-    import triton.testing
-
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    return 2 * src.numel() / (ms * 1e-3) / 1e9
-
-
 def run(args: argparse.Namespace) -> int:
     try:
         extra = [normalize_kernel(k) for k in args.kernel]
         kv_specs = {kind: [normalize_kv(kind, spec) for spec in getattr(args, f"kv_{kind}")]
-                    for kind in ("write", "copy", "gather")}
+                    for kind in KV_KINDS}
     except UsageError as e:
         return usage_error("bench", str(e))
     from blocktable import device, plugin
     from blocktable.checks import data_checks
-    from blocktable.properties.reference_kernel import harness_kernels
+    from blocktable.properties.slot.truth import harness_kernels
 
     backend = device.select(args.device)
     cuda = backend.name == "cuda"
@@ -189,10 +157,8 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"{name:>16} W={W} {label(kernel_name):<52} "
                               + (f"{us:9.2f} µs" if us is not None else "        -   ") + f"  {note}",
                               markup=False)
-    kv_rows = []
+    kv_rows: list[bench_kv.KvRow] = []
     if args.suite != "slot":
-        from blocktable.cli import bench_kv
-
         kv_rows, _ = bench_kv.run_suite(backend, seed=args.seed, extra=kv_extra, report=lambda r: console.print(
             f"{r.case:<52} {r.kernel:<10} " + (f"{r.microseconds:9.2f} µs" if r.microseconds else "        -   ")
             + f"  {r.note}", markup=False))
@@ -208,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     why = "no GPU timings" if not cuda else "matplotlib is not installed"
     console.print(f"wrote {args.out / 'results.json'}, {args.out / 'results.md'}"
                   + (f", {args.out / 'bench.png'}" if plotted else f" (no plot: {why})"))
-    return EXIT_PASS if all(r.ok for r in [*rows, *kv_rows]) else EXIT_FAIL
+    return EXIT_PASS if all(r.ok for r in rows) and all(r.ok for r in kv_rows) else EXIT_FAIL
 
 
 def _meta(backend: Any, copy_gbps: float | None) -> dict[str, Any]:
@@ -240,9 +206,11 @@ def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
         if r.microseconds is None:
             lines.append(f"{head} - | - | - | - | {r.note} |")
             continue
-        share = f"{100 * r.gbps / copy:.0f}%" if copy else "-"
-        speed = f"{base[(r.shape, r.world)] / r.microseconds:.2f}×" if base.get((r.shape, r.world)) else "-"
-        lines.append(f"{head} {r.microseconds:.2f} | {r.tokens / r.microseconds * 1e6:.3g} | {r.gbps:.0f} | "
+        gbps = r.bytes / r.microseconds / 1e3
+        share = f"{100 * gbps / copy:.0f}%" if copy else "-"
+        baseline = base.get((r.shape, r.world))
+        speed = f"{baseline / r.microseconds:.2f}×" if baseline else "-"
+        lines.append(f"{head} {r.microseconds:.2f} | {r.tokens / r.microseconds * 1e6:.3g} | {gbps:.0f} | "
                      f"{share} | {speed} |")
     return "\n".join(lines) + "\n"
 

@@ -19,14 +19,16 @@ suite (`--kv-write/--kv-copy/--kv-gather SPEC` time plug-ins beside ours);
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
-from blocktable.cli.bench import copy_bandwidth, time_call
+from blocktable.cli.timing import copy_bandwidth, time_call
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,11 @@ def implementations(op: str, extra: dict[str, Callable] | None = None) -> dict[s
     """Ours ("triton"), the torch-native baseline ("torch"), then any plug-ins of `op`."""
     from blocktable import kv, kv_torch
 
-    ours = {"write": (kv.write, kv_torch.write_torch), "copy": (kv.copy_blocks, kv_torch.copy_blocks_torch),
-            "gather": (kv.gather, kv_torch.gather_torch)}[op]
-    return {"triton": ours[0], "torch": ours[1], **(extra or {})}
+    ours: dict[str, tuple[Callable, Callable]] = {"write": (kv.write, kv_torch.write_torch),
+                                                  "copy": (kv.copy_blocks, kv_torch.copy_blocks_torch),
+                                                  "gather": (kv.gather, kv_torch.gather_torch)}
+    triton, native = ours[op]
+    return {"triton": triton, "torch": native, **(extra or {})}
 
 
 def _poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: Any, generator: torch.Generator) -> torch.Tensor:
@@ -186,7 +190,7 @@ def bench_case(case: Case, backend: Any, seed: int = 0, extra: dict[str, Callabl
             if not states[name]:
                 continue
             if same[name] and (name == "triton" or same["triton"]):
-                us, note = time_call(lambda: prepared.call(fn, states[name]), cuda)
+                us, note = time_call(functools.partial(prepared.call, fn, states[name]), cuda)
             else:
                 us, note = None, f"OUTPUTS DIFFER ({name} vs triton): not timed"
             rows.append(KvRow(case.name(), name, us, prepared.bytes, us is not None, note))
@@ -216,7 +220,8 @@ def render_markdown(rows: list[KvRow], copy_gbps: float | None, device: str) -> 
     lines = [f"Device: {device}.",
              f"Device-to-device copy: {copy_gbps:.0f} GB/s (bytes read + written)." if copy_gbps else
              "No GPU: interpreter wall times, not timings; no bandwidth is computed.", ""]
-    lines += (["| case | kernel | µs | GB/s | % of copy | vs torch | note |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += (["| case | kernel | µs | GB/s | % of copy | vs torch | note |",
+               "| --- | --- | --- | --- | --- | --- | --- |"]
               if copy_gbps else ["| case | kernel | interpreter wall µs | note |", "| --- | --- | --- | --- |"])
     torch_us = {r.case: r.microseconds for r in rows if r.kernel == "torch"}
     for r in rows:
@@ -227,9 +232,11 @@ def render_markdown(rows: list[KvRow], copy_gbps: float | None, device: str) -> 
         if r.microseconds is None:
             lines.append(f"| {r.case} | {r.kernel} | - | - | - | - | {r.note} |")
             continue
-        share = f"{100 * r.gbps / copy_gbps:.0f}%"
-        speed = f"{torch_us[r.case] / r.microseconds:.2f}x" if torch_us.get(r.case) else "-"
-        lines.append(f"| {r.case} | {r.kernel} | {r.microseconds:.1f} | {r.gbps:.0f} | {share} | {speed} | "
+        gbps = r.bytes / r.microseconds / 1e3
+        share = f"{100 * gbps / copy_gbps:.0f}%"
+        baseline = torch_us.get(r.case)
+        speed = f"{baseline / r.microseconds:.2f}x" if baseline else "-"
+        lines.append(f"| {r.case} | {r.kernel} | {r.microseconds:.1f} | {gbps:.0f} | {share} | {speed} | "
                      f"{r.note} |")
     return "\n".join(lines) + "\n"
 

@@ -5,9 +5,7 @@ reference. Exit 0: no discrepancy; 1: discrepancy (the case file is printed);
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,11 +13,28 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, UsageError, add_kernel_and_device, add_kv_kernels,
-                                   check_folder, console, crash_case, make_folder, normalize_kernel, normalize_kv,
-                                   render_crash, replay_attempt, usage_error, whole_run_text, write_case)
-from blocktable.properties import messages
-from blocktable.properties.messages import Failure, Job, Log, Message, Result, Stats
+from blocktable.cli.common import (
+    DISPLAY,
+    EXIT_FAIL,
+    EXIT_PASS,
+    UsageError,
+    add_kernel_and_device,
+    add_kv_kernels,
+    check_folder,
+    console,
+    make_folder,
+    normalize_kernel,
+    normalize_kv,
+    usage_error,
+)
+from blocktable.plugin import KV_KINDS
+from blocktable.properties.report.report import render
+from blocktable.properties.run import messages, parent
+from blocktable.properties.run.child import Target
+from blocktable.properties.run.fuzz import fuzz_child
+from blocktable.properties.run.messages import Job, Log, Message, Result, Stats
+from blocktable.properties.run.stateless import kv_stateless_child, stateless_child
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fuzz", help="fuzz a slot-mapping kernel and the block-table stack against the reference",
@@ -72,7 +87,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from blocktable.properties.workers import parse_jobs
+    from blocktable.properties.run.workers import parse_jobs
 
     def gpu_host() -> bool:
         import torch
@@ -87,7 +102,7 @@ def _jobs(args: argparse.Namespace) -> int:
 
 def _database(args: argparse.Namespace) -> str:
     """The --database to give the workers, checked (a Redis server must answer)."""
-    from blocktable.properties.database import DEFAULT_FOLDER, check, check_reachable, is_redis
+    from blocktable.properties.run.database import DEFAULT_FOLDER, check, check_reachable, is_redis
 
     if args.database is None:
         return str((args.out / DEFAULT_FOLDER).absolute())
@@ -104,11 +119,11 @@ def _database(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from blocktable.properties import profiles
+    from blocktable.properties.run import profiles
 
     _check(args)
     kernel = normalize_kernel(args.kernel)
-    kv = {kind: normalize_kv(kind, getattr(args, f"kv_{kind}")) for kind in ("write", "copy", "gather")
+    kv = {kind: normalize_kv(kind, getattr(args, f"kv_{kind}")) for kind in KV_KINDS
           if getattr(args, f"kv_{kind}") is not None}
     kv_text = "; ".join(f"kv-{kind} {spec}" for kind, spec in kv.items())
     # What the progress line and the summary name: the kernels under test.
@@ -120,14 +135,14 @@ def _run(args: argparse.Namespace) -> int:
     journal = args.out / "journal.jsonl"
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
-              database=database, database_readonly=args.database_readonly,
-              **{f"kv_{kind}": spec for kind, spec in kv.items()})
-    if args.stateless and kv:  # the KV kernels named, each alone (properties/kv_stateless.py)
-        target = "blocktable.properties.kv_stateless:kv_stateless_child"
+              database=database, database_readonly=args.database_readonly, kv=kv)
+    target: Target
+    if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)
+        target = kv_stateless_child
     elif args.stateless:
-        target = "blocktable.properties.stateless:stateless_child"
+        target = stateless_child
     else:
-        target = "blocktable.properties.engine:fuzz_child"
+        target = fuzz_child
     start = time.monotonic()
     workers = None
     if jobs > 1:
@@ -154,20 +169,23 @@ def _run(args: argparse.Namespace) -> int:
         console.print("[green]no discrepancy found[/]")
         return EXIT_PASS
     # A KV case names the KV kernel it failed on: that is what replays it.
-    report = _confirm_and_save(result.failure, (result.failure.case_data or {}).get("kernel") or kernel, args.device)
-    console.print(report, markup=False, soft_wrap=True)
-    triage = _triage(result.failure, args)
-    if triage:
-        console.print(f"  triage: {triage}", markup=False, soft_wrap=True)
-    console.print(f"case file: {result.failure.case}", soft_wrap=True)
+    failure = result.failure
+    try:
+        report = parent.confirm_and_save(failure, (failure.case_data or {}).get("kernel") or kernel, args.device,
+                                         DISPLAY)
+    except OSError as e:
+        return usage_error("fuzz", f"cannot write the case file {failure.case}: {e.strerror or e}")
+    report.triage = parent.triage(failure, kernel, args.device != "cpu" and _cuda())
+    console.print(render(report), markup=False, soft_wrap=True)
+    console.print(f"case file: {failure.case}", soft_wrap=True)
     return EXIT_FAIL
 
 
-def _run_one(args: argparse.Namespace, kernel: str, job: Job, target: str,
+def _run_one(args: argparse.Namespace, kernel: str, job: Job, target: Target,
              examples: int) -> tuple[Result | None, int | None, Stats]:
     """One child behind one progress line: its result (None if it died), exit code
     and last stats."""
-    from blocktable.properties.child import run_in_child
+    from blocktable.properties.run.child import run_in_child
 
     latest = Stats()
     total = args.minutes * 60 if args.minutes else examples
@@ -215,123 +233,17 @@ def _remove_journal(journal: Path, made: Path | None, keep_folder: bool) -> None
 
 
 def _crashed(args: argparse.Namespace, job: Job, journal: Path, exitcode: int | None) -> int:
-    """The child died mid-step: a case from the journal, shrunk, confirmed, saved.
-    The journal stays beside it: the crash as it happened, before shrinking."""
-    case, message, where = crash_case(journal, exitcode)
-    if case is None:  # a stateless batch: the message says how to repeat it
-        console.print(message, markup=False, soft_wrap=True)
+    """The child died mid-step: the crash's case, shrunk, confirmed and saved."""
+    try:
+        crash = parent.crashed(job, journal, exitcode, args.device, args.out, args.shrink_seconds, DISPLAY)
+    except OSError as e:
+        return usage_error("fuzz", f"cannot write the case file: {e.strerror or e}")
+    if crash.report is None:  # a stateless batch: the message says how to repeat it
+        console.print(crash.message, markup=False, soft_wrap=True)
         return EXIT_FAIL
-    if case.kind == "lockstep":
-        from blocktable.properties.engine import kv_specs
-
-        case.kv = kv_specs(job)  # the KV plug-ins it ran with: its replays load them
-    if case.kind == "lockstep" and case.program and args.shrink_seconds > 0:
-        message = _shrink_crash(case, job, exitcode, args.shrink_seconds)
-    path = case.path_in(args.out)
-    confirmation = _confirm(case.to_json(), path, job.kernel, args.device)
-    case.confirmation = confirmation
-    write_case(case.to_json(), path)
-    report = render_crash(case, message, path, where, args.device)
-    console.print(_amend(report, confirmation, path, crash=True), markup=False, soft_wrap=True)
-    console.print(f"case file: {path}", soft_wrap=True)
+    console.print(render(crash.report), markup=False, soft_wrap=True)
+    console.print(f"case file: {crash.case}", soft_wrap=True)
     return EXIT_FAIL
-
-
-def _confirm(data: dict[str, Any], path: Path, kernel: str, device: str) -> dict[str, Any]:
-    """Replay a case (its file not yet written) in a fresh process and, if it passes
-    there and keeps the whole run that found it, the whole run in another: the
-    case's confirmation record (properties/case.py)."""
-    with Progress(TextColumn("[bold]confirming[/] {task.fields[detail]}"), TimeElapsedColumn(), console=console,
-                  transient=True) as progress:
-        task = progress.add_task("confirm", detail="replaying the case in a fresh process")
-        alone = replay_attempt(kernel, device, path, case_data=data)
-        reproduced = alone.status == "fail"
-        whole_reproduced = None
-        if not reproduced and data.get("whole_run") is not None:
-            progress.update(task, detail="replaying the whole run that found it in a fresh process")
-            whole_reproduced = replay_attempt(kernel, device, path, case_data=data, whole_run=True).status == "fail"
-    if reproduced:
-        note = "fails again when replayed alone in a fresh process"
-    elif whole_reproduced:
-        note = ("passes alone in a fresh process, but the whole run that found it fails again there: the kernel "
-                "keeps state from earlier calls and the failure depends on it")
-    elif whole_reproduced is False:
-        note = ("neither the case alone nor the whole run that found it fails again in a fresh process: "
-                "nondeterministic, or dependent on something outside the program")
-    else:
-        note = ("passes when replayed in a fresh process: it depends on state from earlier calls in the same "
-                "process, or is nondeterministic")
-    if alone.status == "config-error":
-        note += f" (the replay could not start: {alone.text})"
-    return {"reproduced": reproduced, "whole_run_reproduced": whole_reproduced, "note": note}
-
-
-def _confirm_and_save(failure: Failure, kernel: str, device: str) -> str:
-    """Confirm the child's case in a fresh process, write its file with the verdict
-    (and the whole run when it did not repeat alone); the report, amended."""
-    path = Path(failure.case)
-    data = dict(failure.case_data or {})
-    confirmation = _confirm(data, path, kernel, device)
-    data["confirmation"] = confirmation
-    if confirmation["reproduced"]:
-        data.pop("whole_run", None)  # not needed to replay it: the case alone fails
-    write_case(data, path)
-    return _amend(failure.report, confirmation, path, whole=data.get("whole_run"),
-                  repeated=failure.repeated_in_process)
-
-
-def _amend(report: str, confirmation: dict[str, Any], path: Path, whole: dict[str, Any] | None = None,
-           crash: bool = False, repeated: bool | None = None) -> str:
-    from blocktable.properties.report import amend
-
-    if confirmation["reproduced"]:
-        return amend(report, lines=["  confirmed: it fails again when replayed alone in a fresh process"])
-    title = report.splitlines()[0] if report else ""
-    title = (f"{title} (it did not repeat in a fresh process)" if crash else
-             "blocktable found a discrepancy that did not repeat in a fresh process")
-    lines = ["  not confirmed: replayed alone in a fresh process, it passes."]
-    if repeated is False:
-        lines.append("  nor did it fail when the fuzzing process replayed it right after shrinking: the failure "
-                     "above is the one Hypothesis saw.")
-    if confirmation["whole_run_reproduced"] and whole is not None:
-        lines.append(f"  the whole run that found it ({whole_run_text(whole)}) fails again in a fresh process: "
-                     f"the kernel keeps state from earlier calls (a cache keyed on the wrong inputs, a table kept "
-                     f"by data_ptr) and this failure depends on it. The case file keeps the whole run, and "
-                     f"replay replays it when the case alone passes.")
-    elif confirmation["whole_run_reproduced"] is False and whole is not None:
-        lines.append(f"  the whole run that found it ({whole_run_text(whole)}) passes in a fresh process too: "
-                     f"the failure is nondeterministic (a race, memory never initialised) or depends on "
-                     f"something outside the program. The case file keeps the whole run.")
-    else:
-        lines.append("  it depends on state from earlier calls in the same process, or is nondeterministic "
-                     "(a race, memory never initialised).")
-    lines.append(f"  blocktable replay {path} --repeat 20 counts how often it fails in fresh processes.")
-    return amend(report, title=title, lines=lines)
-
-
-def _shrink_crash(case: Any, job: Job, exitcode: int | None, seconds: float) -> str:
-    """Shrink a crashing lockstep program in place; the new crash message."""
-    from blocktable.cli.common import describe_crash
-    from blocktable.properties.crash import shrink_crash
-
-    found = len(case.program)
-    with Progress(TextColumn("[bold]shrinking the crash"), TextColumn("{task.fields[detail]}"),
-                  TimeElapsedColumn(), console=console, transient=True) as progress, \
-            tempfile.TemporaryDirectory() as scratch:
-        task = progress.add_task("shrink", detail=f"{found} steps")
-        shrunk = shrink_crash(dataclasses.replace(job, journal=str(Path(scratch) / "journal.jsonl")),
-                              case.world.to_json(), case.program, exitcode, seconds,
-                              lambda _, now: progress.update(task, detail=f"{found} -> {now} steps"))
-    if shrunk.reproduced:
-        case.program = shrunk.program
-        console.print(f"shrunk the crash from {found} to {len(shrunk.program)} steps "
-                      f"({shrunk.replays} replays in {shrunk.children} processes, {shrunk.seconds:.0f} s)")
-    else:
-        console.print("the crash did not repeat when its program was replayed in a fresh process; "
-                      "the case keeps the program as it ran (flaky or order-dependent)")
-    message = describe_crash(case, exitcode)
-    case.failure["found_with_steps"] = found
-    return message
 
 
 def _detail(stats: Stats) -> str:
@@ -381,33 +293,7 @@ def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result
         console.print(worker_table(workers))
 
 
-def _triage(failure: Failure, args: argparse.Namespace) -> str | None:
-    """On a GPU: replay the case on the interpreter and say which side disagrees."""
+def _cuda() -> bool:
     import torch
 
-    if failure.kind not in ("lockstep", "slot-call"):
-        return None
-    if args.device == "cpu" or not torch.cuda.is_available():
-        return None
-    return interpreter_verdict(failure.case, normalize_kernel(args.kernel), failure)
-
-
-def interpreter_verdict(case: str, kernel: str, compiled: Failure) -> str:
-    """Compare the compiled run's failure with an interpreter replay of the same case."""
-    from blocktable.properties.child import describe_exit, run_in_child
-
-    outcome = run_in_child("blocktable.properties.engine:replay_child", Job(kernel, device="cpu", case=case))
-    interp = outcome.result
-    if interp is None:
-        return f"the interpreter replay {describe_exit(outcome.exitcode)}; no verdict"
-    if interp.status == "config-error":
-        return f"the interpreter replay could not start: {interp.message}"
-    if interp.status == "pass" or interp.failure is None:
-        return ("reference = interpreter ≠ compiled: only the compiled kernel disagrees "
-                "(a compiler, hardware or race issue, not the kernel's arithmetic)")
-    seen = interp.failure
-    if seen.step == compiled.step and seen.first and seen.first == compiled.first:
-        return ("interpreter = compiled ≠ reference: the kernel's logic disagrees with the contract "
-                "(the interpreter computes the same wrong slot)")
-    return (f"reference, interpreter and compiled kernel all differ: the interpreter fails at step "
-            f"{(seen.step or 0) + 1} on {seen.what}")
+    return torch.cuda.is_available()

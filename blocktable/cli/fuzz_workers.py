@@ -1,4 +1,4 @@
-"""`blocktable fuzz --jobs N`: N fuzzing workers (properties/workers.py) behind one
+"""`blocktable fuzz --jobs N`: N fuzzing workers (properties/run/workers.py) behind one
 live display, a line per worker and one for the total, and one summary with the
 totals and each worker's rates. What happens after the run (a case confirmed and
 written, a crash shrunk) is the single-process run's (blocktable/cli/fuzz.py)."""
@@ -15,8 +15,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from blocktable.cli.common import console
-from blocktable.properties.messages import Job, Log, Message, Result, Stats
-from blocktable.properties.workers import Placement, WorkerOutcome, placements, run_workers, visible_gpus
+from blocktable.properties.run import messages
+from blocktable.properties.run.child import Target
+from blocktable.properties.run.messages import Job, Log, Message, Result, Stats
+from blocktable.properties.run.workers import Placement, WorkerOutcome, placements, run_workers, visible_gpus
 
 
 @dataclass
@@ -72,7 +74,7 @@ def _name(i: int, job: Job) -> str:
     return f"worker {i + 1} (seed {job.seed})"
 
 
-def run(target: str, job: Job, jobs: int, out: Path, kernel: str, detail: Any) -> WorkersRun:
+def run(target: Target, job: Job, jobs: int, out: Path, kernel: str, detail: Any) -> WorkersRun:
     """Run the workers behind the live display. detail(stats) is the line's text."""
     work = worker_jobs(job, jobs, out)
     places = placements(len(work), visible_gpus(job.device))
@@ -90,7 +92,9 @@ def run(target: str, job: Job, jobs: int, out: Path, kernel: str, detail: Any) -
         if isinstance(message, Log):
             console.print(f"worker {i + 1}: {message.text}", markup=False)
             return
-        stats[i] = message.stats  # type: ignore[union-attr]
+        if not isinstance(message, messages.Progress):
+            return
+        stats[i] = message.stats
         if progress is None:  # a configuration error prints no line first
             progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                                 TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console)

@@ -15,9 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, usage_error
-from blocktable.properties.report import label_poison
-from blocktable.properties.workers import Placement, parse_jobs, placements, visible_gpus
 from blocktable.device import CHOICES
+from blocktable.properties.report.describe import label_poison
+from blocktable.properties.run.workers import Placement, parse_jobs, placements, visible_gpus
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -39,8 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from blocktable.properties.mutants import CATALOGUE
-    from blocktable.properties.mutation import Verdict, run_mutant
+    from blocktable.properties.mutation.catalogue import CATALOGUE
+    from blocktable.properties.mutation.run import Verdict, run_mutant
 
     chosen = list(CATALOGUE)
     if args.only:

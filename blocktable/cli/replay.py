@@ -10,11 +10,23 @@ import argparse
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
-from blocktable.cli.common import (EXIT_FAIL, EXIT_PASS, Attempt, UsageError, add_kernel_and_device,
-                                   check_folder, console, normalize_kernel, normalize_kv, replay_case, usage_error,
-                                   whole_run_text)
+from blocktable.cli.common import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    UsageError,
+    add_kernel_and_device,
+    check_folder,
+    console,
+    normalize_kernel,
+    normalize_kv,
+    usage_error,
+)
+from blocktable.plugin import KernelSpec
+from blocktable.properties.cases.case import Case, load
+from blocktable.properties.report.describe import whole_run_text
+from blocktable.properties.report.report import render
+from blocktable.properties.run.confirm import Attempt, interpreter_verdict, replay_case
 
 VERBOSE_VARIABLE = "BLOCKTABLE_VERBOSE"
 # An emitted test replays with the kernel it was emitted for, unless these say otherwise.
@@ -45,13 +57,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from blocktable.properties.case import load
-
     try:
         case = load(args.case)  # checked against its schema before anything runs
         spec = args.kernel or case.kernel
         # A kv-call case's kernel is a KV kernel of the call's op (--kernel replaces it).
-        kernel = normalize_kv(case.call["op"], spec) if case.kind == "kv-call" else normalize_kernel(spec)
+        kernel = normalize_kv((case.call or {})["op"], spec) if case.kind == "kv-call" else normalize_kernel(spec)
         if args.emit_test is not None:
             check_folder(args.emit_test, "--emit-test")
     except (ValueError, UsageError) as e:
@@ -68,16 +78,18 @@ def run(args: argparse.Namespace) -> int:
     return replay(args.case, kernel, args.device, verbose, case=case)
 
 
-def _explain_whole_run(case: Any, attempt: Attempt) -> None:
-    if attempt.whole_run:
+def _text(attempt: Attempt) -> str:
+    return render(attempt.report) if attempt.report is not None else attempt.text
+
+
+def _explain_whole_run(case: Case, attempt: Attempt) -> None:
+    if attempt.whole_run and case.whole_run is not None:
         console.print(f"the case alone passes in a fresh process, as when it was found; replayed its whole run "
                       f"({whole_run_text(case.whole_run)}):", markup=False, soft_wrap=True)
 
 
-def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Any = None) -> int:
+def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Case | None = None) -> int:
     if case is None:
-        from blocktable.properties.case import load
-
         case = load(case_path)
     attempt = replay_case(case, kernel, device, case_path, verbose,
                           on_log=lambda text: console.print(text, markup=False))
@@ -85,21 +97,20 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, cas
         return usage_error("replay", attempt.text)
     _explain_whole_run(case, attempt)
     if attempt.status == "pass":
-        console.print(f"[green]{case_path} passes now[/] with {kernel} on {attempt.result.device}", soft_wrap=True)
+        where = attempt.result.device if attempt.result is not None else device
+        console.print(f"[green]{case_path} passes now[/] with {kernel} on {where}", soft_wrap=True)
         return EXIT_PASS
-    console.print(attempt.text, markup=False, soft_wrap=True)
-    if attempt.result is not None and not attempt.whole_run:
+    if attempt.report is not None and attempt.result is not None and attempt.result.failure is not None \
+            and not attempt.whole_run:
         import torch
 
         if device != "cpu" and torch.cuda.is_available():
-            from blocktable.cli.fuzz import interpreter_verdict
-
-            verdict = interpreter_verdict(str(case_path), kernel, attempt.result.failure)
-            console.print(f"  triage: {verdict}", markup=False, soft_wrap=True)
+            attempt.report.triage = interpreter_verdict(str(case_path), kernel, attempt.result.failure)
+    console.print(_text(attempt), markup=False, soft_wrap=True)
     return EXIT_FAIL
 
 
-def repeat(case_path: Path, case: Any, kernel: str, device: str, times: int, verbose: bool = False) -> int:
+def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, verbose: bool = False) -> int:
     """Replay the case `times` times, each in a fresh process; print the first
     failure's report and how many failed. Exit 1 if any did."""
     failed: list[int] = []
@@ -115,9 +126,10 @@ def repeat(case_path: Path, case: Any, kernel: str, device: str, times: int, ver
             first = first or attempt
     if first is not None:
         _explain_whole_run(case, first)
-        console.print(first.text, markup=False, soft_wrap=True)
+        console.print(_text(first), markup=False, soft_wrap=True)
         console.print(f"[red]{case_path} failed in {len(failed)} of {times} fresh processes[/] "
-                      f"({100 * len(failed) / times:.0f}%; replays {', '.join(map(str, failed))}) with {kernel}", soft_wrap=True)
+                      f"({100 * len(failed) / times:.0f}%; replays {', '.join(map(str, failed))}) with {kernel}",
+                      soft_wrap=True)
         return EXIT_FAIL
     console.print(f"[green]{case_path} passed in all {times} fresh processes[/] with {kernel}", soft_wrap=True)
     return EXIT_PASS
@@ -154,10 +166,10 @@ def test_{slug}():
 def _kernel_expression(kernel: str, folder: Path) -> tuple[str, str]:
     """(Python for the kernel spec, how the docstring names it): a file plug-in by
     its path relative to the test's folder, anything else as it is."""
-    where, colon, name = kernel.rpartition(":")
-    if colon and where.endswith(".py"):
-        relative = Path(os.path.relpath(Path(where).resolve(), folder.resolve())).as_posix()
-        return f"f\"{{HERE / {relative!r}}}:{name}\"", f"{name} in {relative}, relative to this file"
+    spec = KernelSpec.parse(kernel)
+    if spec.is_file:
+        relative = spec.relative_to(folder).file
+        return f"f\"{{HERE / {relative!r}}}:{spec.function}\"", f"{spec.function} in {relative}, relative to this file"
     return repr(kernel), kernel
 
 
@@ -167,7 +179,7 @@ def _docstring_safe(text: str) -> str:
     return (text.splitlines() or [""])[0][:200]
 
 
-def emit_test(case_path: Path, case: Any, folder: Path, kernel: str, device: str) -> Path:
+def emit_test(case_path: Path, case: Case, folder: Path, kernel: str, device: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / case_path.name
     if target.resolve() != case_path.resolve():
@@ -177,7 +189,8 @@ def emit_test(case_path: Path, case: Any, folder: Path, kernel: str, device: str
     message = _docstring_safe(str(case.failure.get("message") or case.failure.get("what") or "a failure"))
     kernel_expr, kernel_doc = _kernel_expression(kernel, folder)
     test.write_text(TEST_TEMPLATE.format(case_name=case_path.name, slug=slug,
-                                         message=message, kernel_expr=kernel_expr, kernel_doc=_docstring_safe(kernel_doc),
+                                         message=message, kernel_expr=kernel_expr,
+                                         kernel_doc=_docstring_safe(kernel_doc),
                                          device=device, kernel_variable=KERNEL_VARIABLE,
                                          device_variable=DEVICE_VARIABLE))
     return test

@@ -13,13 +13,14 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from blocktable.properties.examples import SPEC_EXAMPLES
+from blocktable.properties.slot.examples import SPEC_EXAMPLES
 from blocktable.reference import BlockPool, InvariantError, PagedCache, slot_mapping
 from blocktable.reference.oracle import POISON
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("selfcheck", help="check the reference model against the contract's worked examples (docs/contract.md)")
+    p = sub.add_parser("selfcheck",
+                       help="check the reference model against the contract's worked examples (docs/contract.md)")
     p.set_defaults(run=run)
 
 
@@ -37,11 +38,11 @@ def _slot_examples() -> list[tuple[str, bool, str]]:
 
 def _design_notes() -> tuple[str, bool, str]:
     tables = [[0, 1, 5], [2, 1], [4, 5, 7]]
-    verdicts = []
+    verdicts: list[int | None] = []
     for ref5 in (1, 2):
         pool = BlockPool(8, null_block=False)
-        pool.ref = [1, 2, 1, 0, 1, ref5, 0, 1]
-        pool.free_queue = [3, 6]
+        pool.ref = np.array([1, 2, 1, 0, 1, ref5, 0, 1], dtype=np.int64)
+        pool.queue = [3, 6]
         try:
             pool.check_invariants(tables)
             verdicts.append(None)

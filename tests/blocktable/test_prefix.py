@@ -5,13 +5,15 @@ hashes, and seeded random operation sequences compared in whole after every call
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
 
 from blocktable import prefix
 from blocktable.pool import BlockPool
-from blocktable.reference import BlockPool as ReferencePool, SequenceBlocks as ReferenceSequences
+from blocktable.reference import BlockPool as ReferencePool
+from blocktable.reference import SequenceBlocks as ReferenceSequences
 from blocktable.reference import prefix as reference_prefix
 from blocktable.sequence import SequenceBlocks
 
@@ -149,7 +151,7 @@ class Pair:
 
     def each_group(self, op, *args):
         for ref, impl in zip(self.ref, self.impl):
-            self.call(lambda: getattr(ref, op)(*args), lambda: getattr(impl, op)(*args))
+            self.call(functools.partial(getattr(ref, op), *args), functools.partial(getattr(impl, op), *args))
 
     def tokens(self, n):
         return [self.rng.randint(0, 2) for _ in range(n)]
@@ -213,7 +215,7 @@ class Pair:
 
     def compare(self, where):
         assert self.ref_pool.ref.tolist() == self.pool.ref.tolist(), f"{where}: ref counts"
-        assert self.ref_pool.free_queue == self.pool.free_queue(), f"{where}: free queue"
+        assert self.ref_pool.free_queue() == self.pool.free_queue(), f"{where}: free queue"
         assert self.ref_pool.num_free == self.pool.num_free, f"{where}: free count"
         assert self.ref_pool.cache_listing() == self.pool.cache_listing(), f"{where}: cache map"
         for g, (ref, impl) in enumerate(zip(self.ref, self.impl)):

@@ -4,8 +4,9 @@ reference on the same operations; ids, pools and copy pairs must agree."""
 import pytest
 
 from blocktable.pool import BlockPool
-from blocktable.properties.compare import assert_pool_equal
-from blocktable.reference import BlockPool as ReferencePool, SequenceBlocks as ReferenceSequences
+from blocktable.properties.lockstep.check import check_pool
+from blocktable.reference import BlockPool as ReferencePool
+from blocktable.reference import SequenceBlocks as ReferenceSequences
 from blocktable.sequence import SequenceBlocks
 
 SCRIPT = [
@@ -33,7 +34,7 @@ def test_scripted_sequences_match_the_reference(tokens_per_block):
             assert r == i, f"step {step}"
         assert ref.blocks == impl.blocks and ref.num_tokens == impl.num_tokens
         assert ref.take_cow_pairs() == impl.take_cow_pairs()
-        assert_pool_equal(f"step {step} {op}{args}", ref.pool, impl.pool)
+        check_pool(ref.pool, impl.pool, note=f"step {step} {op}{args}")
         ref.check_invariants()
     assert impl.pool.num_free == 39
 
@@ -81,7 +82,7 @@ def test_scripted_sequences_with_prefix_caching_match_the_reference(tokens_per_b
             assert r == i, f"step {step}"
         assert ref.blocks == impl.blocks and ref.num_tokens == impl.num_tokens and ref.tokens == impl.tokens
         assert ref.take_cow_pairs() == impl.take_cow_pairs()
-        assert_pool_equal(f"step {step} {op}{args}", ref.pool, impl.pool)
+        check_pool(ref.pool, impl.pool, note=f"step {step} {op}{args}")
         assert ref.pool.cache_listing() == impl.pool.cache_listing(), f"step {step}"
         ref.check_invariants()
     assert impl.pool.num_free == 39

@@ -181,7 +181,7 @@ def test_every_ci_script_runs_commands_that_exist(script):
 def test_the_cpu_job_installs_cpu_torch_before_the_package():
     setup = (ROOT / "ci" / "env.sh").read_text()
     cpu_torch = setup.index("torch --index-url https://download.pytorch.org/whl/cpu")
-    assert cpu_torch < setup.index("-e '.[test]'")
+    assert cpu_torch < setup.index("-e '.[test,lint]'")
     assert "ci_setup cpu" in (ROOT / "ci" / "cpu.sh").read_text()
     assert "pytest -n auto" in (ROOT / "ci" / "cpu.sh").read_text()
 

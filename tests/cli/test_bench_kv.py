@@ -4,7 +4,7 @@ implementation is reported and not timed."""
 
 from unittest import mock
 
-from blocktable import kv, kv_torch
+from blocktable import kv_torch
 from blocktable.cli import bench_kv
 
 

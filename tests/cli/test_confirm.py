@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from blocktable.properties.case import Case, load
-from blocktable.properties.examples import SPEC_EXAMPLES
-from blocktable.properties.replay import slot_call
+from blocktable.properties.cases.case import Case, load
+from blocktable.properties.slot.call import slot_call
+from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
 pytestmark = pytest.mark.fuzz
 
@@ -117,11 +117,11 @@ def test_a_plugins_exception_shows_its_own_file_and_line_in_fuzz_and_replay(cli,
         assert "raised in the plug-in's code (IndexError" in text
         assert f"{kernel}:{call_line} in slot_mapping" in text
         assert f"{kernel}:{raise_line} in check_rows" in text
-        assert "device_step.py" not in text and "replay.py:" not in text  # blocktable's own frames: only with --verbose
+        assert "slot/call.py" not in text and "replay.py:" not in text  # blocktable's own frames: only with --verbose
     code, verbose = cli("replay", str(case_path(out)), "--device", "cpu", "--verbose")
     assert code == 1
     assert "the whole exception chain:" in verbose and "The above exception was the direct cause" in verbose
-    assert "properties/replay.py" in verbose
+    assert "properties/slot/call.py" in verbose  # the contract example ran there
 
 
 def test_an_import_error_in_a_plugin_names_its_line(cli, tmp_path):
@@ -168,9 +168,10 @@ def test_a_clean_run_leaves_no_journal_and_no_folder_behind(cli, tmp_path):
 
 
 def test_the_poured_in_poison_is_labelled_as_never_written():
-    from blocktable.properties.compare import SlotDiscrepancy, check_slot_mapping
-    from blocktable.properties.guard import UNWRITTEN
-    from blocktable.properties.report import render
+    from blocktable.properties.report.describe import failure_lines
+    from blocktable.properties.report.report import Report, render
+    from blocktable.properties.slot.compare import SlotDiscrepancy, check_slot_mapping
+    from blocktable.properties.slot.guard import UNWRITTEN
 
     example = SPEC_EXAMPLES[0]
     qsl, positions, table = example.inputs()
@@ -180,8 +181,7 @@ def test_the_poured_in_poison_is_labelled_as_never_written():
     with pytest.raises(SlotDiscrepancy) as raised:
         check_slot_mapping("slots", expected, actual, group=0, rank=0, config=example.kwargs(),
                            query_start_loc=qsl, positions=positions, table=table, requests=[0, 1, 2, 3])
-    text = render(kernel="k", device="d", error=raised.value, config_text="c", program=None, failed_step=None,
-                  replay_command=None)
+    text = render(Report("title", "k", "d", "c", None, None, failure_lines(raised.value, None, [], False)))
     assert f"got {UNWRITTEN} (never written by the kernel)" in text
     assert f"actual slot {UNWRITTEN} (never written by the kernel)" in text
     assert text.count(str(UNWRITTEN)) == text.count("never written by the kernel")

@@ -73,20 +73,18 @@ def test_a_missing_case_file_exits_2(cli):
 def test_triage_verdicts_compare_the_compiled_failure_with_an_interpreter_replay(cli, plugin_file):
     """interpreter_verdict replays the case on the interpreter; the compiled side is
     simulated here (no GPU), once agreeing with it, once not, once passing."""
-    from blocktable.cli.fuzz import interpreter_verdict
-    from blocktable.properties.messages import Failure
+    from blocktable.properties.run.confirm import interpreter_verdict, replay_attempt
+    from blocktable.properties.run.messages import Failure
 
     kernel, case = failing_case(cli, plugin_file)
-    code, out = cli("replay", str(case))
-    data = json.loads(case.read_text())
-    step = data["failure"].get("step")
-    # The interpreter replay fails; recover its first mismatch from the report text.
-    token = int(out.split("first at token ")[1].split(":")[0])
-    expected = int(out.split("expected ")[1].split(",")[0])
-    actual = int(out.split("got ")[1].split()[0])
+    attempt = replay_attempt(str(kernel) + ":slot_mapping", "cpu", case)  # the interpreter's failure, as fields
+    assert attempt.result is not None and attempt.result.failure is not None and attempt.result.failure.first
+    step = attempt.result.failure.step
+    token, expected, actual = attempt.result.failure.first
+
     def compiled(first: list[int]) -> Failure:
         return Failure(kind="lockstep", what="", message="", config="", step=step, program_steps=0, case=str(case),
-                       report="", first=first)
+                       report=attempt.report, first=first)
 
     same = compiled([token, expected, actual])
     assert "interpreter = compiled ≠ reference" in interpreter_verdict(str(case), str(kernel) + ":slot_mapping", same)
@@ -108,9 +106,9 @@ def test_an_emitted_test_copied_with_its_kernel_elsewhere_passes_and_fails_as_th
     import os
     import shutil
 
-    from blocktable.properties.case import Case
-    from blocktable.properties.examples import SPEC_EXAMPLES
-    from blocktable.properties.replay import slot_call
+    from blocktable.properties.cases.case import Case
+    from blocktable.properties.slot.call import slot_call
+    from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
     project = tmp_path / "project"
     (project / "kernels").mkdir(parents=True)

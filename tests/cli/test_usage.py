@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from blocktable.cli.common import kernel_names
-from blocktable.properties.case import FORMAT, VERSION
+from blocktable.properties.cases.schema import FORMAT, VERSION
 from blocktable.properties.world import WorldConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -192,7 +192,7 @@ def test_every_usage_names_a_file_or_value_the_user_gave():
 def test_one_list_of_kernel_names_in_help_errors_and_docs(capsys):
     from blocktable.cli.main import main
     from blocktable.plugin import PluginError, load
-    from blocktable.properties.reference_kernel import harness_kernels
+    from blocktable.properties.slot.truth import harness_kernels
 
     names = kernel_names()
     assert names[0] == "triton" and "reference" in names

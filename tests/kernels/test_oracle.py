@@ -4,10 +4,11 @@ paged-cache model, one model per DCP rank, whole cache buffers compared."""
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from blocktable.oracle import DeviceCache, Reads, out_of_cache_value, poison_value
-from blocktable.properties import strategies
+from blocktable.properties.slot import draw as strategies
 from blocktable.reference import PagedCache, slot_mapping
 from blocktable.reference.oracle import POISON
 

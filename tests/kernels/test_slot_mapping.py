@@ -11,8 +11,8 @@ import torch
 from hypothesis import given
 
 from blocktable import plugin, slot
-from blocktable.properties import strategies
-from blocktable.properties.examples import SPEC_EXAMPLES
+from blocktable.properties.slot import draw as strategies
+from blocktable.properties.slot.examples import SPEC_EXAMPLES
 from blocktable.reference import slot_mapping as reference_slot_mapping
 
 POISON = 0x5A5A5A5A5A5A5A5A  # never a slot and never -1

@@ -8,7 +8,7 @@ import torch
 
 from blocktable import plugin
 from blocktable.checks import data_checks
-from blocktable.properties.vectorized import slot_mapping_vectorized
+from blocktable.properties.slot.truth import slot_mapping_vectorized
 
 pytestmark = pytest.mark.gpu
 KERNELS = ["triton-tiled", "triton-specialized", "triton-per-request"]

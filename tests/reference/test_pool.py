@@ -6,17 +6,17 @@ from blocktable.reference import BlockPool, InvariantError
 
 
 def test_free_queue_starts_in_id_order_without_the_null_block():
-    assert BlockPool(5).free_queue == [1, 2, 3, 4]
-    assert BlockPool(5, null_block=False).free_queue == [0, 1, 2, 3, 4]
+    assert BlockPool(5).free_queue() == [1, 2, 3, 4]
+    assert BlockPool(5, null_block=False).free_queue() == [0, 1, 2, 3, 4]
 
 
 def test_allocate_pops_from_the_head_and_free_appends_last_block_first():
     pool = BlockPool(6)
     a = pool.allocate(3)
-    assert a == [1, 2, 3] and pool.free_queue == [4, 5]
+    assert a == [1, 2, 3] and pool.free_queue() == [4, 5]
     assert [pool.ref[b] for b in a] == [1, 1, 1]
     pool.free(list(reversed(a)))  # the caller passes last block first
-    assert pool.free_queue == [4, 5, 3, 2, 1]
+    assert pool.free_queue() == [4, 5, 3, 2, 1]
     assert pool.allocate(4) == [4, 5, 3, 2]
     pool.check_invariants([[4, 5, 3, 2]])
 
@@ -26,9 +26,9 @@ def test_a_block_still_shared_is_not_queued():
     ids = pool.allocate(2)
     pool.share(ids)
     pool.free(ids[::-1])
-    assert pool.free_queue == [3] and pool.ref[1:].tolist() == [1, 1, 0]
+    assert pool.free_queue() == [3] and pool.ref[1:].tolist() == [1, 1, 0]
     pool.free(ids[::-1])
-    assert pool.free_queue == [3, 2, 1]
+    assert pool.free_queue() == [3, 2, 1]
 
 
 def test_bad_pool_calls_are_rejected_and_change_nothing(rejects):
@@ -50,7 +50,7 @@ def test_bug_42571_a_duplicate_id_is_never_queued_twice(rejects):
     pool = BlockPool(4)
     pool.allocate(1)
     rejects(pool, ValueError, "listed twice", pool.free, [1, 1])
-    assert pool.free_queue.count(1) == 0
+    assert pool.free_queue().count(1) == 0
 
 
 def test_null_block_is_never_handed_out():
@@ -66,7 +66,7 @@ def design_notes_pool(ref_of_block_5: int) -> tuple[BlockPool, list[list[int]]]:
     pool = BlockPool(8, null_block=False)
     tables = [[0, 1, 5], [2, 1], [4, 5, 7]]
     pool.ref = [1, 2, 1, 0, 1, ref_of_block_5, 0, 1]
-    pool.free_queue = [3, 6]
+    pool.queue = [3, 6]
     return pool, tables
 
 
@@ -82,17 +82,17 @@ def test_design_notes_picture_with_block_5_at_ref_2_holds():
     pool.check_invariants(tables)
     # Freeing sequence 2 (blocks 2, 1; last first) leaves block 1 at ref 1, in use.
     pool.free([1, 2])
-    assert pool.ref[1] == 1 and 1 not in pool.free_queue and pool.free_queue == [3, 6, 2]
+    assert pool.ref[1] == 1 and 1 not in pool.free_queue() and pool.free_queue() == [3, 6, 2]
     pool.check_invariants([tables[0], tables[2]])
 
 
 @pytest.mark.parametrize("corrupt, invariant, block, match", [
-    (lambda p: p.free_queue.append(3), "queued-once", 3, "block 3 is in the free queue 2 times"),
-    (lambda p: p.free_queue.remove(3), "queued-iff-free", 3, "block 3 has ref 0 but is not in the free queue"),
-    (lambda p: p.free_queue.append(2), "queued-iff-free", 2, "block 2 has ref 1 but is in the free queue"),
+    (lambda p: p.queue.append(3), "queued-once", 3, "block 3 is in the free queue 2 times"),
+    (lambda p: p.queue.remove(3), "queued-iff-free", 3, "block 3 has ref 0 but is not in the free queue"),
+    (lambda p: p.queue.append(2), "queued-iff-free", 2, "block 2 has ref 1 but is in the free queue"),
     (lambda p: p.ref.__setitem__(2, 3), "ref-equals-holders", 2, "block 2 has ref 3 but 1 live tables hold it"),
-    (lambda p: p.free_queue.insert(0, 0), "null-block", 0, "block 0 is the null block"),
-    (lambda p: p.free_queue.append(9), "id-range", 9, "block 9, outside the pool"),
+    (lambda p: p.queue.insert(0, 0), "null-block", 0, "block 0 is the null block"),
+    (lambda p: p.queue.append(9), "id-range", 9, "block 9, outside the pool"),
 ])
 def test_each_invariant_is_checked_and_named(corrupt, invariant, block, match):
     pool = BlockPool(5)
@@ -168,7 +168,7 @@ def test_touch_takes_a_free_block_from_the_middle_and_raises_every_ref():
     pool.share([3])
     pool.cache_block((0, (9, 9, 9, 9)), 3)  # 3 in use (ref 2) and cached
     pool.touch([2, 3])  # 2 leaves the queue from between 5 and 1; 3 only gains a ref
-    assert pool.free_queue == [4, 5, 1]
+    assert pool.free_queue() == [4, 5, 1]
     assert pool.ref[1:4].tolist() == [0, 1, 3]
     assert pool.cache_listing() == [(0, 4, [1]), (0, 8, [2]), (0, 4, [3])]
 
@@ -187,4 +187,4 @@ def test_reset_prefix_cache_needs_every_block_free():
     assert pool.reset_prefix_cache() is False and len(pool.cached) == 2
     pool.free([2, 1])
     assert pool.reset_prefix_cache() is True and pool.cached == {}
-    assert pool.free_queue == [3, 4, 5, 2, 1]
+    assert pool.free_queue() == [3, 4, 5, 2, 1]

@@ -42,7 +42,7 @@ def test_the_contract_example():
     assert pool.cache_listing() == [(0, 4, [1]), (0, 8, [2])]
     assert pool.cached == {(0, (0, 1, 2, 3)): [1], (0, (0, 1, 2, 3, 4, 5, 6, 7)): [2]}
     s.free("A")
-    assert pool.free_queue == [4, 5, 6, 3, 2, 1]
+    assert pool.free_queue() == [4, 5, 6, 3, 2, 1]
     assert pool.cache_listing() == [(0, 4, [1]), (0, 8, [2])]  # free keeps keys
     check(groups)
 
@@ -50,12 +50,12 @@ def test_the_contract_example():
     assert find_prefix(groups, b) == 8
     assert blocks_to_add(groups, b) == 3  # 1 fresh + the 2 hits now in the queue
     assert add_request(groups, "B", b) == (8, [[1, 2, 4]])  # positions 8, 9 are scheduled
-    assert pool.free_queue == [5, 6, 3]
+    assert pool.free_queue() == [5, 6, 3]
     assert pool.ref[1:7].tolist() == [1, 1, 0, 1, 0, 0]
     check(groups)
 
     assert add_request(groups, "C", [50] * 9) == (0, [[5, 6, 3]])
-    assert pool.free_queue == []
+    assert pool.free_queue() == []
     # C's blocks 5 and 6 are full, so cached too; 1 and 2 are B's and stay.
     assert pool.cache_listing() == [(0, 4, [1]), (0, 8, [2]), (0, 4, [5]), (0, 8, [6])]
     check(groups)
@@ -134,10 +134,10 @@ def test_admission_touches_every_group_before_allocating_any():
     groups[0].free("A")
     others = pool.allocate(5)
     pool.free([5])
-    assert pool.free_queue == [3, 2, 1, 5]
+    assert pool.free_queue() == [3, 2, 1, 5]
     assert blocks_to_add(groups, [0, 1, 2, 3, 9]) == 4  # 2 fresh + 2 hits in the queue = every free block
     assert add_request(groups, "B", [0, 1, 2, 3, 9]) == (4, [[1, 2], [3, 5]])
-    assert pool.free_queue == []
+    assert pool.free_queue() == []
     pool.check_invariants([t for s in groups for t in s.live_tables()] + [others[1:]])
 
 
@@ -150,13 +150,13 @@ def test_a_hit_in_use_gains_a_ref_and_a_free_hit_leaves_the_queue_from_the_middl
     assert s.blocks["B"] == [1, 2, 6] and pool.ref[1:3].tolist() == [2, 2]
     s.free("A")  # 3 -> queue; 2, 1 stay held by B
     s.free("B")  # 6, 2, 1 -> queue
-    assert pool.free_queue == [7, 8, 9, 10, 11, 3, 6, 2, 1]
+    assert pool.free_queue() == [7, 8, 9, 10, 11, 3, 6, 2, 1]
     add_request(groups, "C", list(range(4)) + [1])  # L = 4: block 1, from the tail
-    assert pool.free_queue == [8, 9, 10, 11, 3, 6, 2]  # 1 left; then 7 was popped for C's last token
+    assert pool.free_queue() == [8, 9, 10, 11, 3, 6, 2]  # 1 left; then 7 was popped for C's last token
     s.free("X")  # 5, 4 -> queue
     add_request(groups, "D", list(range(8)) + [0])  # L = 8: 1 in use (ref 2), 2 from the middle
     assert s.blocks["D"] == [1, 2, 8]
-    assert pool.free_queue == [9, 10, 11, 3, 6, 5, 4]
+    assert pool.free_queue() == [9, 10, 11, 3, 6, 5, 4]
     assert pool.ref[1] == 2 and pool.ref[2] == 1
     check(groups)
 
@@ -194,13 +194,13 @@ def test_reset_prefix_cache_only_when_no_block_is_in_use():
     pool, groups = world(6)
     (s,) = groups
     add_request(groups, "A", list(range(9)))
-    before = (pool.cache_listing(), list(pool.free_queue), pool.ref.tolist())
+    before = (pool.cache_listing(), list(pool.free_queue()), pool.ref.tolist())
     assert pool.reset_prefix_cache() is False
-    assert (pool.cache_listing(), pool.free_queue, pool.ref.tolist()) == before
+    assert (pool.cache_listing(), pool.free_queue(), pool.ref.tolist()) == before
     s.free("A")
-    queue = list(pool.free_queue)
+    queue = list(pool.free_queue())
     assert pool.reset_prefix_cache() is True
-    assert pool.cached == {} and pool.free_queue == queue  # the queue keeps its order
+    assert pool.cached == {} and pool.free_queue() == queue  # the queue keeps its order
     assert find_prefix(groups, list(range(9))) == 0
     assert pool.reset_prefix_cache() is True  # nothing cached, nothing in use
     check(groups)

@@ -24,11 +24,11 @@ def test_fork_cow_free_sibling_free_parent_returns_the_pool_to_full():
     assert s.take_cow_pairs() == [(2, 3)] and s.take_cow_pairs() == []
     s.check_invariants()
     s.free(2)  # last block first: 3 reaches 0 and is queued; 1 drops to 1
-    assert s.pool.free_queue[-1] == 3 and s.pool.ref[1] == 1
+    assert s.pool.free_queue()[-1] == 3 and s.pool.ref[1] == 1
     s.check_invariants()
     s.free(1)  # 2 then 1
     assert s.pool.num_free == 9
-    assert s.pool.free_queue == [4, 5, 6, 7, 8, 9, 3, 2, 1]
+    assert s.pool.free_queue() == [4, 5, 6, 7, 8, 9, 3, 2, 1]
     s.check_invariants()
 
 
@@ -86,7 +86,7 @@ def test_preempt_frees_everything_and_resume_allocates_afresh():
     s.add(1, 10)  # [1, 2, 3]
     s.add(2, 4)  # [4]
     s.preempt(1)
-    assert s.pool.free_queue == [5, 6, 7, 8, 9, 3, 2, 1] and not s.is_live(1)
+    assert s.pool.free_queue() == [5, 6, 7, 8, 9, 3, 2, 1] and not s.is_live(1)
     s.check_invariants()
     assert s.resume(1) == [5, 6, 7]  # cdiv(10, 4) = 3 fresh blocks from the head
     assert s.num_tokens[1] == 10
@@ -124,7 +124,7 @@ def test_without_a_null_block_block_zero_is_handed_out():
     s = seqs(num_blocks=4, null_block=False)
     assert s.add(1, 8) == [0, 1]
     s.free(1)
-    assert s.pool.free_queue == [2, 3, 1, 0]
+    assert s.pool.free_queue() == [2, 3, 1, 0]
 
 
 # -- docs/contract.md §8: token ids and full blocks --------------------------------------------
@@ -166,6 +166,6 @@ def test_add_with_computed_tokens_starts_the_row_with_the_hits():
     s.add(1, 9, list(range(9)))  # 1, 2, 3; 1 and 2 cached
     s.free(1)  # queue: 4 .. 9, 3, 2, 1
     assert s.add(2, 10, list(range(8)) + [0, 0], computed=8) == [1, 2, 4]
-    assert s.pool.free_queue == [5, 6, 7, 8, 9, 3]
+    assert s.pool.free_queue() == [5, 6, 7, 8, 9, 3]
     assert s.pool.ref[1:5].tolist() == [1, 1, 0, 1]
     s.check_invariants()

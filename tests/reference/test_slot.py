@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from blocktable.properties.examples import SPEC_EXAMPLES
+from blocktable.properties.slot.examples import SPEC_EXAMPLES
 from blocktable.reference import owner_rank, slot_mapping
 
 

@@ -1,0 +1,30 @@
+"""Plug-ins: the functions under test, ours or a third party's, named by a
+`KernelSpec` (spec.py), held to the contract of their kind (contract.py) and found
+and loaded (load.py). docs/plugins.md is the user's page."""
+
+from blocktable.plugin.contract import (
+                                        KEYWORDS,
+                                        KV_CONTRACTS,
+                                        KV_KEYWORDS,
+                                        KV_KINDS,
+                                        SLOT_MAPPING,
+                                        Contract,
+                                        SlotMappingFn,
+                                        check_signature,
+)
+from blocktable.plugin.load import (
+                                        KVKernels,
+                                        Plugins,
+                                        builtin_kernels,
+                                        builtin_kv_kernels,
+                                        findable,
+                                        load,
+                                        load_kv,
+                                        load_kv_kernels,
+                                        resolve,
+)
+from blocktable.plugin.spec import KernelSpec, PluginError
+
+__all__ = ["KEYWORDS", "KV_CONTRACTS", "KV_KEYWORDS", "KV_KINDS", "SLOT_MAPPING", "Contract", "KVKernels",
+           "KernelSpec", "PluginError", "Plugins", "SlotMappingFn", "builtin_kernels", "builtin_kv_kernels",
+           "check_signature", "findable", "load", "load_kv", "load_kv_kernels", "resolve"]

@@ -1,0 +1,145 @@
+"""Finding the functions under test: ours by name, or a third party's by
+`MODULE:FUNCTION` or `path/to/file.py:FUNCTION` (blocktable.plugin.spec), checked
+against the contract of their kind (blocktable.plugin.contract)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from blocktable.plugin.contract import KV_CONTRACTS, KV_KINDS, SLOT_MAPPING, Contract, SlotMappingFn, check_signature
+from blocktable.plugin.spec import KernelSpec, PluginError
+
+Builtins = dict[str, Callable[[], Callable]]  # name -> a loader (imports lazily: after the backend is chosen)
+
+
+def builtin_kernels() -> Builtins:
+    """Our own slot-mapping kernels by name."""
+    def per_request() -> SlotMappingFn:
+        from blocktable.slot import slot_mapping_per_request
+
+        return slot_mapping_per_request
+
+    def tiled() -> SlotMappingFn:
+        from blocktable.slot import slot_mapping_tiled
+
+        return slot_mapping_tiled
+
+    def specialized() -> SlotMappingFn:
+        from blocktable.slot import slot_mapping_tiled_specialized
+
+        return slot_mapping_tiled_specialized
+
+    return {"triton": tiled, "triton-tiled": tiled, "triton-specialized": specialized,
+            "triton-per-request": per_request}
+
+
+_KV_FUNCTIONS = {"write": ("write", "write_torch"), "copy": ("copy_blocks", "copy_blocks_torch"),
+                 "gather": ("gather", "gather_torch")}
+
+
+def builtin_kv_kernels(kind: str) -> Builtins:
+    """Ours for one KV kind: "triton" (blocktable.kv) and "torch" (blocktable.kv_torch,
+    the benchmark's indexing-op baseline)."""
+    ours, torch_native = _KV_FUNCTIONS[kind]
+
+    def triton() -> Callable:
+        from blocktable import kv
+
+        return getattr(kv, ours)
+
+    def native() -> Callable:
+        from blocktable import kv_torch
+
+        return getattr(kv_torch, torch_native)
+
+    return {"triton": triton, "torch": native}
+
+
+@dataclass(frozen=True)
+class KVKernels:
+    """The three KV kernels a run uses, each ours ("triton", the default) or a plug-in;
+    `specs` keeps how each was named, for case files and reports."""
+
+    write: Callable
+    copy: Callable
+    gather: Callable
+    specs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Plugins:
+    """Everything under test in one run: the slot-mapping kernel and the KV kernels,
+    each ours or a plug-in, and how the slot-mapping kernel was named."""
+
+    slot: SlotMappingFn
+    kv: KVKernels
+    slot_spec: str = "triton"
+
+
+def load_kv_kernels(specs: dict[str, str] | None = None) -> KVKernels:
+    """The KV kernels `specs` names by kind; ours ("triton") for a kind it does not name."""
+    chosen = {kind: (specs or {}).get(kind) or "triton" for kind in KV_KINDS}
+    return KVKernels(**{kind: load_kv(kind, spec) for kind, spec in chosen.items()}, specs=chosen)
+
+
+def load(spec: str, extra: Builtins | None = None) -> SlotMappingFn:
+    """Resolve a slot-mapping kernel: a built-in name, `package.module:function` or `file.py:function`."""
+    return resolve(spec, {**builtin_kernels(), **(extra or {})}, SLOT_MAPPING)
+
+
+def load_kv(kind: str, spec: str) -> Callable:
+    """Resolve a KV kernel of `kind` ("write", "copy" or "gather") the same way."""
+    if kind not in KV_CONTRACTS:
+        raise PluginError(f"unknown KV kernel kind {kind!r}: one of {', '.join(KV_KINDS)}")
+    return resolve(spec, builtin_kv_kernels(kind), KV_CONTRACTS[kind])
+
+
+def findable(text: str, names: Builtins | list[str], noun: str) -> KernelSpec:
+    """The spec `text`, checked without importing anything: a known built-in name, a
+    module spec, or a file spec whose file exists. PluginError names what is wrong."""
+    spec = KernelSpec.parse(text, noun)
+    if spec.name and spec.name not in names:
+        raise PluginError(f"unknown {noun} {text!r}: use one of {', '.join(names)}, "
+                          f"MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    if spec.file:
+        path = Path(spec.file)
+        if path.is_dir():
+            raise PluginError(f"{noun} file {spec.file} is a folder, not a file")
+        if not path.is_file():
+            raise PluginError(f"{noun} file {spec.file} does not exist")
+    return spec
+
+
+def resolve(text: str, names: Builtins, contract: Contract) -> Callable:
+    noun = contract.noun
+    spec = findable(text, names, noun)
+    if spec.name:
+        return names[spec.name]()
+    if spec.file:
+        path = Path(spec.file)
+        module_spec = importlib.util.spec_from_file_location(f"blocktable_plugin_{path.stem}", path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as e:
+            raise PluginError(f"importing {spec.file} failed: {type(e).__name__}: {e}") from e
+        where = spec.file
+    else:
+        try:
+            module = importlib.import_module(spec.module)
+        except ImportError as e:
+            raise PluginError(f"cannot import module {spec.module!r}: {e}") from e
+        except Exception as e:  # the module was found and raised while importing
+            raise PluginError(f"importing module {spec.module!r} failed: {type(e).__name__}: {e}") from e
+        where = spec.module
+    fn = getattr(module, spec.function, None)
+    if fn is None or not callable(fn):
+        raise PluginError(f"{where} has no function {spec.function!r}" if fn is None else
+                          f"{where}: {spec.function!r} is not a function (it is a {type(fn).__name__})")
+    check_signature(fn, text, contract)
+    return fn

@@ -1,0 +1,155 @@
+"""Case files: a failure as a versioned JSON document that replays in one command.
+
+A case holds the configuration and the program (never a Hypothesis blob, which
+breaks across Hypothesis versions), the failure as it was seen, whether it failed
+again in a fresh process before the file was written, and provenance. Two kinds:
+
+- "lockstep": a WorldConfig and a list of steps (lockstep/schema.py);
+- "slot-call": one stateless slot-mapping call (config, query_start_loc,
+  positions, block table, Tmax) with the reference's expected output;
+- "kv-call": one call of a KV kernel (docs/contract.md §9; kv/call.py says what it
+  holds); `kernel` is the KV plug-in under test.
+
+A failure that did not repeat in a fresh process also keeps the whole run that
+found it (`whole_run`): the contract examples and every lockstep program the
+fuzzing process ran up to the failing one, so that a kernel that keeps state from
+call to call can still be replayed.
+
+Every file is checked against its version's schema (cases/schema.py) when it is
+loaded (`load`), before anything runs: a hand-edited or truncated file is refused
+with a message that names the file and the field, never replayed as a pass or
+reported as a kernel's discrepancy.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from blocktable.plugin import KernelSpec, PluginError
+from blocktable.properties.cases.confirmation import Confirmation
+from blocktable.properties.cases.schema import FORMAT, VERSION, CaseError, fields
+from blocktable.properties.world import WorldConfig
+
+
+def provenance(device: str, **extra: Any) -> dict[str, Any]:
+    import hypothesis
+    import numpy
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:  # pragma: no cover - triton is a dependency on Linux
+        triton_version = None
+    import blocktable
+
+    return {"python": platform.python_version(), "numpy": numpy.__version__, "torch": torch.__version__,
+            "triton": triton_version, "hypothesis": hypothesis.__version__, "blocktable": blocktable.__version__,
+            "device": device, "platform": platform.platform(),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv), **extra}
+
+
+@dataclass
+class Case:
+    kind: str  # "lockstep" | "slot-call" | "kv-call"
+    kernel: str
+    failure: dict[str, Any]
+    world: WorldConfig | None = None
+    program: list[dict[str, Any]] = field(default_factory=list)
+    call: dict[str, Any] | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+    # Whether the failure failed again when replayed in a fresh process before the
+    # file was written. None: not checked (version 1 files, and a case not yet confirmed).
+    confirmation: Confirmation | None = None
+    # The whole run that found a failure that did not repeat alone:
+    # {"contract_examples": n, "programs": [{"world": ..., "program": [...]}, ...],
+    #  "dropped": programs left out at the start}. None: not kept.
+    whole_run: dict[str, Any] | None = None
+    # The KV plug-ins a lockstep case ran with, by kind ("write", "copy", "gather");
+    # a kind not named ran ours.
+    kv: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"format": FORMAT, "version": VERSION, "kind": self.kind, "kernel": self.kernel,
+                "failure": self.failure, "world": self.world.to_json() if self.world else None,
+                "program": self.program, "call": self.call,
+                "confirmation": self.confirmation.to_json() if self.confirmation else None,
+                "provenance": self.provenance}
+        if self.whole_run is not None:
+            data["whole_run"] = self.whole_run
+        if self.kv:
+            data["kv"] = self.kv
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "case file") -> Case:
+        """The case, after checking `data` against its version's schema; CaseError
+        names `where` (the file) and the first problem found."""
+        try:
+            found = fields(data)
+        except CaseError as e:
+            raise CaseError(f"{where}: {e}") from None
+        confirmation = found.pop("confirmation")
+        return cls(**found, confirmation=Confirmation.from_json(confirmation) if confirmation else None)
+
+    def digest(self) -> str:
+        """The same failure of the same kernel on the same input gives the same digest;
+        a different kernel or failure, a different one."""
+        body = json.dumps({"kind": self.kind, "kernel": self.kernel,
+                           "failure": [self.failure.get("what"), self.failure.get("message")],
+                           "world": self.world.to_json() if self.world else None,
+                           "program": self.program, "call": self.call, "kv": self.kv}, sort_keys=True, default=str)
+        return hashlib.sha256(body.encode()).hexdigest()[:10]
+
+    def path_in(self, folder: Path) -> Path:
+        """Where `save` puts the case: named by the kernel (its file and function) and
+        the digest, so that cases of different kernels never overwrite one another."""
+        return folder / f"case-{kernel_stem(self.kernel)}-{self.digest()}.json"
+
+    def save(self, folder: Path) -> Path:
+        """Write the case into `folder` (made if needed) under its name; OSError if it
+        cannot be written."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = self.path_in(folder)
+        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        return path
+
+
+def kernel_stem(kernel: str) -> str:
+    """`/x/grid_bug.py:slot_mapping` -> `grid-bug-slot-mapping`; `triton` -> `triton`."""
+    try:
+        return KernelSpec.parse(kernel).stem
+    except PluginError:
+        return "kernel"
+
+
+def load(path: str | Path) -> Case:
+    """Read and check a case file; CaseError (one line, naming the file) if it is
+    missing, unreadable, not JSON or not a valid case."""
+    path = Path(path)
+    if path.is_dir():
+        raise CaseError(f"case file {path} is a folder, not a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CaseError(f"case file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise CaseError(f"case file {path} is not text (not UTF-8): not a case file") from None
+    except OSError as e:
+        raise CaseError(f"case file {path} cannot be read: {e.strerror or e}") from None
+    if not text.strip():
+        raise CaseError(f"case file {path} is empty")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CaseError(f"case file {path} is not valid JSON (truncated?): {e}") from None
+    return Case.from_json(data, where=f"case file {path}")

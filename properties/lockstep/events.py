@@ -1,0 +1,48 @@
+"""The coverage labels: what the lockstep reports through `hypothesis.event` when a
+program reaches a state worth reaching. `blocktable fuzz` counts them in its summary,
+and the quality tier (tests/properties/lockstep/test_coverage.py) fails when the generators
+stop reaching one. Every label is named here, once."""
+
+from __future__ import annotations
+
+from blocktable.properties.lockstep.schema import REJECTION_KINDS as KINDS
+
+FORK_DEPTH_2 = "fork depth >= 2"
+COPY_ON_WRITE = "copy-on-write"
+REF_3 = "ref >= 3"
+ROW_REUSED_SHORTER = "row reused shorter"
+SELF_MOVE = "self-move"
+SELF_SWAP = "self-swap"
+TILE_CROSSING = "tile crossing"
+NON_LOCAL_DCP = "non-local DCP tokens"
+POOL_EXHAUSTED = "pool exhausted"
+RESUMED = "resumed (recompute)"
+CUDA_GRAPH_PADDING = "cuda-graph padding"
+IDS_NEAR_INT32_MAX = "ids offset toward 2**31-1"
+STALE_ROW = "finished row left stale"
+ROW_FILLED = "row filled to its width"
+# Prefix caching (docs/contract.md §8).
+HIT_FREED = "prefix hit of a freed block"  # ref 0: it leaves the free queue from where it stands
+HIT_IN_USE = "prefix hit of a block in use"
+EVICTED = "cached block evicted"
+KEY_TWO_BLOCKS = "one key with two blocks"
+HIT_CAPPED_BY_LENGTH = "prefix hit limited by len - 1"
+HIT_CAPPED_BY_GROUP = "prefix hit limited by another group"
+RESET_REFUSED = "prefix cache reset refused"
+RESET_DONE = "prefix cache reset"
+# The KV path (docs/contract.md §9), in worlds with KV caches.
+KV_COPY = "KV blocks copied on write"
+KV_FP8 = "KV written as fp8"
+KV_GATHER = "KV sequences gathered"
+
+
+def rejected(kind: str) -> str:
+    """The label of a refused call of `kind` (lockstep/rejections.py)."""
+    return f"rejected {kind}"
+
+
+LABELS: tuple[str, ...] = (
+    FORK_DEPTH_2, COPY_ON_WRITE, REF_3, ROW_REUSED_SHORTER, SELF_MOVE, SELF_SWAP, TILE_CROSSING, NON_LOCAL_DCP,
+    POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW,
+    *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
+    HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, KV_COPY, KV_FP8, KV_GATHER)

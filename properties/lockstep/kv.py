@@ -1,0 +1,311 @@
+"""The KV path in the lockstep (docs/contract.md §9): a world with `kv` set keeps real
+KV caches, one pair per group, and drives them with the KV kernels under test (ours by
+default, or the plug-ins named by `--kv-write`, `--kv-copy`, `--kv-gather`).
+
+Each step, for each group: the copy-on-write pairs are copied (every kernel block of
+each allocation block), with up to two scratch copies onto free blocks, every
+scheduled token's key and value rows are written through the slot mappings the
+slot-mapping kernel returned, and the sequences the
+step computed are gathered back through the implementation's device table. The
+numpy reference does the same through the reference's slot mappings, pairs and
+table (kv/truth.py: reference/kv.py's reading, vectorized, so that long
+rows and large batches cost little). After the step the whole of each group's cache memory is compared bit for
+bit with the reference's (guard cells before and after, padding between heads, and
+every block the step did not touch included), then the gathered rows, padding rows
+past the last length included.
+
+A group's DCP ranks share one cache pair: rank R's blocks follow rank R-1's, its
+slots and table ids shifted by R * (blocks per rank). That is one write, one copy
+and one gather per group per step, however many ranks, which keeps the interpreter
+affordable. Keys and values are a function of each token's value (a hash), so a
+recomputed token writes what it wrote before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from blocktable.checks import data_checks
+from blocktable.device import upload
+from blocktable.plugin import KVKernels
+from blocktable.properties.compare import Discrepancy, raised
+from blocktable.properties.kv import truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
+from blocktable.properties.kv.data import HOST, fetchable, to_device, token_data
+from blocktable.properties.lockstep import events
+from blocktable.properties.lockstep.state import State
+from blocktable.properties.world import KVConfig
+from blocktable.reference import slot_mappings_all_ranks as reference_slot_mappings
+from blocktable.reference.kv import bits
+
+GUARD = 64  # cells before and after each group's cache memory
+PAD_ROWS = 3  # rows past the last gathered one, which a gather must leave alone
+
+
+# ---- one group's caches, on both sides -------------------------------------------------------
+
+@dataclass
+class CachePair:
+    """One group's key and value caches as views into one flat buffer with guard cells
+    before and after: `host` (the reference's, numpy) or `device` (torch)."""
+
+    flat: Any
+    key: Any
+    value: Any
+
+
+def cache_pair(flat: Any, kv: KVConfig, blocks: int, block_size: int) -> CachePair:
+    """The key and value views of `flat` (numpy or torch, GUARD cells each side)."""
+    H, D, Dp = kv.num_heads, kv.head_size, kv.head_size + kv.pad
+    inner = (block_size, H, Dp) if kv.layout == "NHD" else (H, block_size, Dp)
+    size = blocks * 2 * block_size * H * Dp
+    body = flat[GUARD:GUARD + size]
+    if kv.joint:
+        both = body.reshape((blocks, 2, *inner))
+        key, value = both[:, 0], both[:, 1]
+    else:
+        half = size // 2
+        key, value = body[:half].reshape((blocks, *inner)), body[half:].reshape((blocks, *inner))
+    return CachePair(flat, key[..., :D], value[..., :D])
+
+
+def flat_size(kv: KVConfig, blocks: int, block_size: int) -> int:
+    return 2 * GUARD + blocks * 2 * block_size * kv.num_heads * (kv.head_size + kv.pad)
+
+
+def locate(pair: CachePair, index: int, kv: KVConfig, block_size: int,
+           blocks_per_rank: int) -> tuple[str, int | None, int | None]:
+    """Where flat cell `index` of the reference's buffer lies, in the user's terms, and
+    the (rank, slot) of the cache element there (None, None: a guard or padding cell)."""
+    if index < GUARD:
+        return f"the guard cells before the caches (cell {index - GUARD})", None, None
+    base = pair.flat.__array_interface__["data"][0]
+    item = pair.flat.itemsize
+    for name, view in (("key", pair.key), ("value", pair.value)):
+        rest = index - (view.__array_interface__["data"][0] - base) // item
+        steps = [s // item for s in view.strides]
+        at = [0] * view.ndim
+        for dim in sorted(range(view.ndim), key=lambda d: -steps[d]):
+            at[dim] = rest // steps[dim] if steps[dim] else 0
+            rest -= at[dim] * steps[dim]
+        if rest == 0 and all(0 <= i < n for i, n in zip(at, view.shape)):
+            blk, off, head = (at[0], at[1], at[2]) if kv.layout == "NHD" else (at[0], at[2], at[1])
+            rank, block = divmod(blk, blocks_per_rank)
+            slot = block * block_size + off
+            return (f"{name} cache, rank {rank} block {block} offset {off} (slot {slot}) head {head} dim {at[3]}",
+                    rank, slot)
+    if index >= len(pair.flat) - GUARD:
+        return f"the guard cells after the caches (cell {index - (len(pair.flat) - GUARD)})", None, None
+    return "padding after a head's D (no cache element)", None, None
+
+
+def repeat_for_ranks(rows: np.ndarray, T: int, W: int) -> np.ndarray:
+    """The step's T token rows once per rank (the ranks' stacked caches), then the padding rows."""
+    return np.concatenate([rows[:T]] * W + [rows[T:]])
+
+
+class KVWorld:
+    """Every group's caches on both sides, and the step's launches and comparisons."""
+
+    def __init__(self, state: State, kv: KVConfig, kernels: KVKernels) -> None:
+        self.state, self.kv, self.kernels = state, kv, kernels
+        run = state
+        self.cache_dtype = kv.dtype if kv.kv_cache_dtype == "auto" else "uint8"
+        self.out_dtype = kv.dtype if kv.kv_cache_dtype == "auto" else "float32"
+        rng = np.random.default_rng(7)
+        self.ref: list[CachePair] = []
+        self.impl: list[CachePair] = []
+        self.blocks_per_rank: list[int] = []
+        for lay in run.layouts:
+            per_rank = run.world.num_blocks * lay.kernel_blocks_per_block
+            blocks, B = per_rank * lay.world, lay.kernel_block_size
+            host = rng.integers(0, 256, flat_size(kv, blocks, B) * np.dtype(HOST[self.cache_dtype]).itemsize,
+                                dtype=np.uint8).view(HOST[self.cache_dtype])  # random bits: every cell is checked
+            self.blocks_per_rank.append(per_rank)
+            self.ref.append(cache_pair(host, kv, blocks, B))
+            self.impl.append(cache_pair(to_device(host, self.cache_dtype, run.backend), kv, blocks, B))
+        self.errors: list[Discrepancy] = []
+        self.expected_out: list[tuple[np.ndarray, np.ndarray]] = []
+        self.step_slots: list[np.ndarray] = []
+        self.values = np.zeros(0, np.int64)
+        self.gathered: list[list[tuple[int, int, int]]] = []  # per group: (request, rank, local length) by row
+        self.tokens: list[tuple[int | None, int]] = []  # the step's tokens: (request, position)
+        self.step_pairs: list[list[tuple[int, int]]] = []  # per group: the step's copies, in stacked kernel blocks
+
+    def options(self) -> dict[str, Any]:
+        kv = self.kv
+        return dict(layout=kv.layout, kv_cache_dtype=kv.kv_cache_dtype, k_scale=kv.k_scale, v_scale=kv.v_scale)
+
+    def _call(self, what: str, g: int, fn: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as e:  # a kernel that refuses valid input is wrong too; said after the slot checks
+            error = raised(what, e, group=g)
+            error.message = f"the {what} kernel raised {type(e).__name__}: {e}"
+            self.errors.append(error)
+
+    def launch(self, calls: list[Any], pairs: list[list[tuple[int, int]]], qsl: np.ndarray,
+               positions: np.ndarray, values: np.ndarray, written: dict[int, int]) -> list[torch.Tensor]:
+        """Every group's copy, write and gather, launched; the reference's done on the
+        host meanwhile. Returns what to bring back with the step."""
+        run, kv = self.state, self.kv
+        T = len(positions)
+        self.values = values
+        pad = 1 + int(T % 3)  # key rows past the slot mapping: never read
+        host_k = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 0)
+        host_v = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 1)
+        dev_k, dev_v = to_device(host_k, kv.dtype, run.backend), to_device(host_v, kv.dtype, run.backend)
+        self.errors, self.expected_out, self.step_slots, self.gathered, self.step_pairs = [], [], [], [], []
+        self.tokens = [(run.rows[r], int(positions[t])) for r in range(len(qsl) - 1)
+                       for t in range(int(qsl[r]), int(qsl[r + 1]))]
+        back: list[torch.Tensor] = []
+        first = run.steps_checked == 0
+        for g, lay in enumerate(run.layouts):
+            per_rank, P, W = self.blocks_per_rank[g], lay.kernel_blocks_per_block, lay.world
+            ref, impl = self.ref[g], self.impl[g]
+            kernel_pairs = [(R * per_rank + s * P + j, R * per_rank + d * P + j)
+                            for R in range(W) for s, d in pairs[g] + self._scratch_pairs(pairs[g]) for j in range(P)]
+            if kernel_pairs:
+                mapping = np.array(kernel_pairs, dtype=np.int64).reshape(-1, 2)
+                with data_checks(first):
+                    self._call("kv-copy", g, self.kernels.copy, [impl.key], [impl.value],
+                               upload(torch.from_numpy(mapping), run.backend))
+                ref_kv.copy_blocks([ref.key], [ref.value], mapping)
+                if pairs[g]:
+                    run.event(events.KV_COPY)
+            self.step_pairs.append(kernel_pairs)
+            # Rank R's slots follow rank R-1's; a slot outside the rank's cache (a wrong
+            # slot mapping, reported by the slot comparison) is passed as -1.
+            rank_slots = per_rank * lay.kernel_block_size
+            shift = torch.arange(W, device=run.backend.device, dtype=torch.int64)[:, None] * rank_slots
+            out = calls[g].outputs[:, :T]
+            # The slots sit in a longer buffer whose tail names real slots (the cache's
+            # last ones), one per key padding row: a kernel that takes its token count
+            # from the key (vLLM #13418) writes the padding rows there.
+            tail = W * rank_slots - 1 - torch.arange(pad, device=run.backend.device, dtype=torch.int64)
+            slots = torch.cat([torch.where((out >= 0) & (out < rank_slots), out + shift, -1).reshape(-1),
+                               tail])[:W * T]
+            keys = dev_k if W == 1 else torch.cat([dev_k[:T]] * W + [dev_k[T:]])
+            vals = dev_v if W == 1 else torch.cat([dev_v[:T]] * W + [dev_v[T:]])
+            with data_checks(first):
+                self._call("kv-write", g, self.kernels.write, keys, vals, impl.key, impl.value, slots, **self.options())
+            expected = reference_slot_mappings(qsl, positions, run.reference.tables[g].device,
+                                               run.world.max_num_batched_tokens,
+                                               kernel_block_size=lay.kernel_block_size,
+                                               kv_block_size=lay.kv_block_size, cp_world_size=W,
+                                               cp_interleave=lay.interleave)[:, :T]
+            ref_slots = np.where(expected >= 0, expected + np.arange(W)[:, None] * rank_slots, -1).reshape(-1)
+            self.step_slots.append(ref_slots)
+            if T and kv.kv_cache_dtype == "fp8_e4m3":
+                run.event(events.KV_FP8)
+            ref_kv.write(repeat_for_ranks(host_k, T, W), repeat_for_ranks(host_v, T, W), ref.key, ref.value, ref_slots,
+                         **self.options())
+            back += [fetchable(impl.flat), *self._gather(g, written)]
+        return back
+
+    def _scratch_pairs(self, cow: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Up to two more pairs a step, onto free blocks (ref 0 and holding no cached
+        prefix): copy-on-write is rare in generated programs, and the copy kernel
+        should run on most steps. The reference copies them too; nothing reads a free
+        block before it is written again."""
+        pool, k = self.state.reference.pool, self.state.steps_checked
+        taken = {b for pair in cow for b in pair}
+        free = [b for b in np.flatnonzero(pool.ref == 0).tolist() if b not in taken
+                and not (pool.null_block and b == 0) and not (pool.prefix_caching and pool.is_cached(b))]
+        if not free:
+            return []
+        # No block may be both a source and a destination in one call: a
+        # copy-on-write destination is not a source here.
+        used = [b for b in np.flatnonzero(pool.ref > 0).tolist() if b not in {d for _, d in cow}]
+        dsts = [free[(k * 7 + i) % len(free)] for i in range(min(2, len(free)))]
+        dsts = list(dict.fromkeys(dsts))
+        sources = used or [b for b in free if b not in dsts]
+        return [(sources[(k * 3 + i) % len(sources)], d) for i, d in enumerate(dsts)] if sources else []
+
+    def _gather(self, g: int, written: dict[int, int]) -> list[torch.Tensor]:
+        """The sequences this step computed, read back on every rank of group g."""
+        run, kv, lay = self.state, self.kv, self.state.layouts[g]
+        W, rows, per_rank = lay.world, run.world.max_num_reqs, self.blocks_per_rank[g]
+        lengths = np.zeros(W * rows, dtype=np.int64)
+        held: dict[int, tuple[int, int, int]] = {}
+        for rid, n in written.items():
+            row = run.requests[rid].row
+            assert row is not None  # it computed tokens this step: it holds a row
+            p = np.arange(n)
+            owner = (p % (lay.kv_block_size * W)) // lay.interleave % W if W > 1 else np.zeros(n, np.int64)
+            for R, local in enumerate(np.bincount(owner, minlength=W)):
+                lengths[R * rows + row] = local
+                held[R * rows + row] = (rid, R, int(local))
+        self.gathered.append([held[i] for i in sorted(held)])
+        cu = np.zeros(W * rows + 1, dtype=np.int32)
+        cu[1:] = np.cumsum(lengths)
+        total = int(cu[-1]) + PAD_ROWS
+        item = np.dtype(HOST[self.out_dtype]).itemsize
+        fill = np.full(total * kv.num_heads * kv.head_size * item, 0x5A, dtype=np.uint8)
+        host_out = fill.view(HOST[self.out_dtype]).reshape(total, kv.num_heads, kv.head_size)
+        shifts = np.repeat(np.arange(W, dtype=np.int32) * per_rank, rows)[:, None]
+        ref_table = np.tile(run.reference.tables[g].device, (W, 1)) + shifts
+        out_k, out_v = host_out.copy(), host_out.copy()
+        ref_kv.gather(self.ref[g].key, self.ref[g].value, ref_table, cu, out_k, out_v, **self.options())
+        self.expected_out.append((out_k, out_v))
+        device = run.impl.tables[g].device_tensor
+        table = device if W == 1 else (device.repeat(W, 1) + upload(torch.from_numpy(shifts), run.backend))
+        dev_out = [to_device(host_out, self.out_dtype, run.backend) for _ in range(2)]
+        if int(cu[-1]):
+            run.event(events.KV_GATHER)
+        with data_checks(run.steps_checked == 0):
+            self._call("kv-gather", g, self.kernels.gather, self.impl[g].key, self.impl[g].value, table,
+                       upload(torch.from_numpy(cu), run.backend), *dev_out, **self.options())
+        return [fetchable(t) for t in dev_out]
+
+    def compare(self, back: list[np.ndarray]) -> None:
+        """After the slot mappings: each group's whole cache memory, then its gathered rows."""
+        if self.errors:
+            raise self.errors[0]
+        for g, lay in enumerate(self.state.layouts):
+            flat, out_k, out_v = back[3 * g:3 * g + 3]
+            want = bits(self.ref[g].flat)
+            got = flat.view(want.dtype)
+            if not np.array_equal(want, got):
+                i = int(np.argmax(want != got))
+                where, rank, slot = locate(self.ref[g], i, self.kv, lay.kernel_block_size, self.blocks_per_rank[g])
+                raise Discrepancy("KV cache", f"{where}{self._owner(g, rank, slot)}: expected bits "
+                                  f"{int(want[i]):#x}, found {int(got[i]):#x} ({int((want != got).sum())} of "
+                                  f"{want.size} cells differ)", group=g, index=(i,))
+            for name, expected, actual in (("key", self.expected_out[g][0], out_k),
+                                           ("value", self.expected_out[g][1], out_v)):
+                e = bits(expected)
+                a = actual.view(e.dtype)
+                if not np.array_equal(e, a):
+                    row, head, dim = (int(x) for x in np.argwhere(e != a)[0])
+                    raise Discrepancy("KV gather", f"{name} row {row} ({self._row(g, row)}) head {head} "
+                                      f"dim {dim}: expected bits {int(e[row, head, dim]):#x}, read "
+                                      f"{int(a[row, head, dim]):#x} ({int((e != a).sum())} of {e.size} differ)",
+                                      group=g, index=(row, head, dim))
+
+    def _owner(self, g: int, rank: int | None, slot: int | None) -> str:
+        """Which of this step's tokens the reference wrote into that slot, if any."""
+        if rank is None or slot is None:
+            return ""
+        stacked = slot + rank * self.blocks_per_rank[g] * self.state.layouts[g].kernel_block_size
+        hits = np.flatnonzero(self.step_slots[g] == stacked)
+        if not len(hits):
+            block = stacked // self.state.layouts[g].kernel_block_size
+            copied = [src for src, dst in self.step_pairs[g] if dst == block]
+            if copied:
+                src_rank, src = divmod(copied[0], self.blocks_per_rank[g])
+                return f", in a block this step copies from rank {src_rank} block {src}"
+            return ", a slot this step does not write"
+        rid, position = self.tokens[int(hits[0]) % len(self.tokens)]
+        return f", where this step writes request {rid} position {position}"
+
+    def _row(self, g: int, row: int) -> str:
+        start = 0
+        for rid, rank, n in self.gathered[g]:
+            if row < start + n:
+                return f"request {rid} rank {rank} local index {row - start}"
+            start += n
+        return f"a padding row past the last length, {start}"

@@ -1,0 +1,166 @@
+"""The harness's things in words, one line or a few each: a step, a slot-mapping or
+KV call, a case's world or call, the command that replays it, a whole run, and a
+failure's decoded element (a slot mapping's first differing token, a table's
+differing row). Reports (report/report.py) are made of these."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from blocktable.properties.cases.case import Case
+from blocktable.properties.compare import Discrepancy
+from blocktable.properties.kv.call import cache_dtype
+from blocktable.properties.lockstep.check import TableDiscrepancy
+from blocktable.properties.report.frames import exception_lines
+from blocktable.properties.slot.compare import SlotDiscrepancy
+from blocktable.properties.slot.guard import UNWRITTEN
+
+UNWRITTEN_NOTE = "never written by the kernel"
+
+
+def value_text(value: int) -> str:
+    """A slot as reports show it: the value poured into every output before the call
+    says so, or it reads like a slot number."""
+    return f"{value} ({UNWRITTEN_NOTE})" if int(value) == UNWRITTEN else str(value)
+
+
+def label_poison(text: str) -> str:
+    """`text` with the poured-in value labelled wherever it appears."""
+    return text.replace(str(UNWRITTEN), value_text(UNWRITTEN))
+
+
+def describe_step(step: dict[str, Any]) -> str:
+    args = " ".join(f"{k}={v}" for k, v in step.items() if k != "op")
+    return f"{step['op']} {args}".rstrip()
+
+
+def config_text(name: str, config: dict[str, int], requests: int, tokens: int, max_num_tokens: int | None) -> str:
+    """One slot-mapping call's configuration and size."""
+    c = config
+    return (f"{name}: K={c.get('kv_block_size')} B={c.get('kernel_block_size')} "
+            f"W={c.get('cp_world_size', 1)} R={c.get('cp_rank', 0)} I={c.get('cp_interleave', 1)}, "
+            f"{requests} requests, {tokens} tokens, Tmax {max_num_tokens}")
+
+
+def slot_call_text(call: dict[str, Any]) -> str:
+    return config_text(call.get("name", "call"), call.get("config", {}), len(call.get("query_start_loc", [0])) - 1,
+                       len(call.get("positions", [])), call.get("max_num_tokens"))
+
+
+def kv_call_text(call: dict[str, Any]) -> str:
+    """One KV call (kv/call.py), one line."""
+    c = call
+    data = f"{c['dtype']} into {cache_dtype(c)} ({c['kv_cache_dtype']}"
+    data += f", k_scale {c['k_scale']!r}, v_scale {c['v_scale']!r})" if c["kv_cache_dtype"] != "auto" else ")"
+    form = c["cache_form"]
+    caches = ("caches are halves of one tensor" if form["joint"] else "separate caches") + \
+        (f", head rows padded by {form['pad']}" if form["pad"] else "")
+    head = (f"kv-{c['op']} {c.get('name', '')}: {c['layout']}, {c['num_blocks']} blocks of {c['block_size']}, "
+            f"H={c['num_heads']}, D={c['head_size']}, {data}, {caches}")
+    if c["op"] == "write":
+        n = len(c["slot_mapping"])
+        joint = ", key and value slices of one qkv tensor" if c["input_form"]["joint"] else ""
+        return f"{head}; {n} tokens ({c['rows'] - n} padding rows{joint})"
+    if c["op"] == "copy":
+        return f"{head}; {c['layers']} layers, {len(c['block_mapping'])} pairs"
+    N = len(c["cu_lens"]) - 1
+    return f"{head}; {N} requests, {c['cu_lens'][-1]} tokens, {c['out_rows']} output rows"
+
+
+def case_config(case: Case) -> str:
+    """The case's world or call, one line."""
+    if case.kind == "kv-call":
+        return kv_call_text(case.call or {})
+    return case.world.describe() if case.world else slot_call_text(case.call or {})
+
+
+def case_kernels(case: Case) -> str:
+    """What the case ran: its kernel and the KV plug-ins it named."""
+    return "; ".join([case.kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items())])
+
+
+def replay_command(case_path: Any, kernel: str, device_name: str) -> str:
+    return f"blocktable replay {case_path} --kernel {kernel} --device {device_name}"
+
+
+def whole_run_text(whole: dict[str, Any]) -> str:
+    """A whole run as reports name it: "8 contract examples, then 12 programs (340 steps)"."""
+    programs = whole.get("programs", [])
+    steps = sum(len(p.get("program", [])) for p in programs)
+    examples = whole.get("contract_examples", 0)
+    parts = [f"{examples} contract example{'s' if examples != 1 else ''}"] if examples else []
+    if programs:
+        parts.append(f"{len(programs)} program{'s' if len(programs) != 1 else ''} ({steps} steps)")
+    dropped = whole.get("dropped", 0)
+    return ", then ".join(parts) + (f"; the {dropped} programs before those are not kept" if dropped else "")
+
+
+def _row_text(row: np.ndarray, count: int | None = None, limit: int = 16) -> str:
+    shown = ", ".join(str(int(x)) for x in row[:limit])
+    more = f", … ({len(row)} entries)" if len(row) > limit else ""
+    return f"[{shown}{more}]" + (f" count {count}" if count is not None else "")
+
+
+def slot_lines(error: SlotDiscrepancy) -> list[str]:
+    """The first differing token decoded, the row as each side holds it, and which
+    tokens differ."""
+    d = error.first
+    if d is None:
+        return [f"  {error}"]
+    expected, actual = error.expected_mapping, error.actual_mapping
+    t = d.token
+    lines = ["  first differing element:"]
+    if d.tail:
+        lines.append(f"    token {t} lies in the tail [T={len(error.positions)}, Tmax={len(expected)}): "
+                     f"expected -1, got {value_text(actual[t])}")
+    else:
+        rid = error.requests[d.request_row] if d.request_row < len(error.requests) else None
+        who = f"request {rid} (row {d.request_row})" if rid is not None else f"row {d.request_row}"
+        lines.append(f"    {who}, token {t}, position {d.position}")
+        lines.append(f"    logical allocation block {d.logical_block}, offset {d.offset_in_block} of "
+                     f"{error.config['kv_block_size'] * error.config.get('cp_world_size', 1)}; owned by rank "
+                     f"{d.owner} (this call is rank {d.rank}); local offset {d.local_offset}")
+        if d.physical is None:
+            lines.append(f"    table column {d.column} lies past the row (width {d.width}): the slot must be -1")
+        else:
+            lines.append(f"    table column {d.column} (kernel block), physical kernel block {d.physical} "
+                         f"(allocation block {d.physical // d.P if d.physical >= 0 else '?'})")
+        lines.append(f"    expected slot {int(expected[t])}, actual slot {value_text(actual[t])}")
+        r = d.request_row
+        if r < error.table.shape[0]:
+            counts = error.counts
+            ref_count = int(counts[0][r]) if counts is not None and r < len(counts[0]) else None
+            impl_count = int(counts[1][r]) if counts is not None and r < len(counts[1]) else None
+            lines.append(f"  row {r} as the reference holds it:      {_row_text(error.table[r], ref_count)}")
+            if error.impl_table is not None and r < error.impl_table.shape[0]:
+                lines.append(f"  row {r} as the implementation holds it: {_row_text(error.impl_table[r], impl_count)}")
+    differ = error.differing
+    tokens = ", ".join(str(int(x)) for x in differ[:8]) + (" …" if len(differ) > 8 else "")
+    lines.append(f"  differing elements: {len(differ)} of {len(expected)} (tokens {tokens})")
+    return lines
+
+
+def table_lines(error: TableDiscrepancy) -> list[str]:
+    row, source = error.row, error.source
+    return [f"  row {row} ({source}) as the reference holds it:      {_row_text(error.rows[0], error.counts[0])}",
+            f"  row {row} ({source}) as the implementation holds it: {_row_text(error.rows[1], error.counts[1])}"]
+
+
+def failure_lines(error: BaseException | None, failed_step: int | None, kernel_files: list[str],
+                  verbose: bool) -> list[str]:
+    """What failed, where in the plug-in's code it was raised, and the differing
+    element decoded."""
+    if error is None:
+        return []
+    where = f" at step {failed_step + 1}" if failed_step is not None else ""
+    lines = [label_poison(f"  failure{where}: {type(error).__name__}: {error}")]
+    lines.extend(exception_lines(error, kernel_files, verbose))
+    if isinstance(error, SlotDiscrepancy):
+        lines.extend(slot_lines(error))
+    elif isinstance(error, TableDiscrepancy):
+        lines.extend(table_lines(error))
+    elif isinstance(error, Discrepancy):
+        pass  # its message says it all
+    return lines

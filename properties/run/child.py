@@ -1,0 +1,71 @@
+"""Running harness work in a child process, so that a kernel that crashes its
+process (segfault, illegal memory access, os._exit) takes only the child down.
+
+The child gets a Job and sends messages (run/messages.py) over a queue; the parent
+hands each to a callback and returns the Result, or None if the child died without
+one (then `exitcode` says how: negative is the killing signal). A child's entry
+point is a function `target(job, send)`, passed as itself: the spawned process
+imports it by its module and name.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from blocktable.properties.run.messages import Job, Message, Result
+
+Send = Callable[[Message], None]
+Target = Callable[[Job, Send], None]
+
+
+@dataclass
+class ChildOutcome:
+    result: Result | None
+    exitcode: int | None
+
+
+def _entry(target: Target, job: Job, messages: Any) -> None:
+    target(job, messages.put)
+
+
+def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None] | None = None) -> ChildOutcome:
+    """Run target(job, send) in a spawned process."""
+    context = multiprocessing.get_context("spawn")  # no forked CUDA state, a fresh TRITON_INTERPRET
+    messages = context.Queue()
+    process = context.Process(target=_entry, args=(target, job, messages), daemon=True)
+    process.start()
+    result = None
+    while True:
+        try:
+            message = messages.get(timeout=0.2)
+        except queue.Empty:
+            if not process.is_alive():
+                break
+            continue
+        if isinstance(message, Result):
+            result = message
+        elif on_message is not None:
+            on_message(message)
+    process.join()
+    return ChildOutcome(result, process.exitcode)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    import signal
+
+    from blocktable.properties.fault import DEVICE_FAULT_EXIT
+
+    if exitcode is None:
+        return "did not exit"
+    if exitcode == DEVICE_FAULT_EXIT:
+        return "hit a device fault (an illegal memory access or the like, which poisons the process)"
+    if exitcode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"

@@ -1,0 +1,129 @@
+"""Replaying a case in fresh processes: what `blocktable replay` runs, how a new
+case is confirmed before its file is written, and the interpreter's verdict on a
+case the compiled kernel fails (triage)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from blocktable.properties.cases.case import Case
+from blocktable.properties.cases.confirmation import Confirmation
+from blocktable.properties.report.build import crash_report
+from blocktable.properties.report.report import Report
+from blocktable.properties.run.child import describe_exit, run_in_child
+from blocktable.properties.run.crash import crash_case
+from blocktable.properties.run.messages import Failure, Job, Log, Message, Result
+from blocktable.properties.run.replay import replay_child
+
+
+@dataclass
+class Attempt:
+    """One replay of a case in a fresh process."""
+
+    status: str  # "pass", "fail" or "config-error"
+    report: Report | None = None  # a failure's report (a crash's too)
+    text: str = ""  # the configuration error, or what a crash with no case to replay said
+    result: Result | None = None  # the child's Result; None when it died
+    crashed: bool = False
+    whole_run: bool = False  # this replay ran the case's whole run, not its program
+
+
+def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[str, Any] | None = None,
+                   whole_run: bool = False, verbose: bool = False, kv: dict[str, str] | None = None,
+                   on_log: Callable[[str], None] | None = None) -> Attempt:
+    """Replay the case at `case_path` (or `case_data`, the file not yet written) in a
+    fresh process, its journal in a scratch folder so that a crash is reported too."""
+    def on_message(message: Message) -> None:
+        if on_log is not None and isinstance(message, Log):
+            on_log(message.text)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        journal = Path(scratch) / "journal.jsonl"
+        job = Job(kernel, device=device, case=str(case_path), case_data=case_data, whole_run=whole_run,
+                  verbose=verbose, journal=str(journal), kv=dict(kv or {}))
+        outcome = run_in_child(replay_child, job, on_message)
+        result = outcome.result
+        if result is None:
+            case, message, where = crash_case(journal, outcome.exitcode)
+            if case is None:
+                return Attempt("fail", text=message, crashed=True, whole_run=whole_run)
+            return Attempt("fail", crash_report(case, message, case_path, where, device), crashed=True,
+                           whole_run=whole_run)
+    if result.status == "config-error":
+        return Attempt("config-error", text=result.message, result=result, whole_run=whole_run)
+    if result.status == "pass" or result.failure is None:
+        return Attempt("pass", result=result, whole_run=whole_run)
+    return Attempt("fail", result.failure.report, result=result, whole_run=whole_run)
+
+
+def replay_case(case: Case, kernel: str, device: str, case_path: Path, verbose: bool = False,
+                kv: dict[str, str] | None = None, on_log: Callable[[str], None] | None = None) -> Attempt:
+    """What `blocktable replay` runs once: the case in a fresh process and, if that
+    passes and the case keeps the whole run that found it (it did not fail alone in
+    a fresh process when found), the whole run in another."""
+    attempt = replay_attempt(kernel, device, case_path, verbose=verbose, kv=kv, on_log=on_log)
+    if attempt.status != "pass" or case.whole_run is None:
+        return attempt
+    return replay_attempt(kernel, device, case_path, whole_run=True, verbose=verbose, kv=kv, on_log=on_log)
+
+
+def confirm(case: Case, path: Path, kernel: str, device: str,
+            on_stage: Callable[[str], None] | None = None) -> Confirmation:
+    """Replay a case (its file not yet written) in a fresh process and, if it passes
+    there and keeps the whole run that found it, the whole run in another."""
+    data = case.to_json()
+    if on_stage is not None:
+        on_stage("replaying the case in a fresh process")
+    alone = replay_attempt(kernel, device, path, case_data=data)
+    reproduced = alone.status == "fail"
+    whole_reproduced = None
+    if not reproduced and case.whole_run is not None:
+        if on_stage is not None:
+            on_stage("replaying the whole run that found it in a fresh process")
+        whole_reproduced = replay_attempt(kernel, device, path, case_data=data, whole_run=True).status == "fail"
+    if reproduced:
+        note = "fails again when replayed alone in a fresh process"
+    elif whole_reproduced:
+        note = ("passes alone in a fresh process, but the whole run that found it fails again there: the kernel "
+                "keeps state from earlier calls and the failure depends on it")
+    elif whole_reproduced is False:
+        note = ("neither the case alone nor the whole run that found it fails again in a fresh process: "
+                "nondeterministic, or dependent on something outside the program")
+    else:
+        note = ("passes when replayed in a fresh process: it depends on state from earlier calls in the same "
+                "process, or is nondeterministic")
+    if alone.status == "config-error":
+        note += f" (the replay could not start: {alone.text})"
+    return Confirmation(reproduced, whole_reproduced, note)
+
+
+def finish(case: Case, confirmation: Confirmation, folder: Path) -> Path:
+    """The one place a confirmed case is finished and written: it keeps its whole run
+    only when the case alone did not fail again. OSError if it cannot be written."""
+    case.confirmation = confirmation
+    if confirmation.reproduced:
+        case.whole_run = None  # not needed to replay it: the case alone fails
+    return case.save(folder)
+
+
+def interpreter_verdict(case: str, kernel: str, compiled: Failure) -> str:
+    """Compare the compiled run's failure with an interpreter replay of the same case."""
+    outcome = run_in_child(replay_child, Job(kernel, device="cpu", case=case))
+    interp = outcome.result
+    if interp is None:
+        return f"the interpreter replay {describe_exit(outcome.exitcode)}; no verdict"
+    if interp.status == "config-error":
+        return f"the interpreter replay could not start: {interp.message}"
+    if interp.status == "pass" or interp.failure is None:
+        return ("reference = interpreter ≠ compiled: only the compiled kernel disagrees "
+                "(a compiler, hardware or race issue, not the kernel's arithmetic)")
+    seen = interp.failure
+    if seen.step == compiled.step and seen.first and seen.first == compiled.first:
+        return ("interpreter = compiled ≠ reference: the kernel's logic disagrees with the contract "
+                "(the interpreter computes the same wrong slot)")
+    return (f"reference, interpreter and compiled kernel all differ: the interpreter fails at step "
+            f"{(seen.step or 0) + 1} on {seen.what}")

@@ -1,0 +1,65 @@
+"""Setting a child process up: its device, its Hypothesis profile, every module
+imported before anything is drawn, and what is under test, loaded once."""
+
+from __future__ import annotations
+
+import os
+
+from blocktable import device, plugin
+from blocktable.plugin import Plugins, SlotMappingFn
+from blocktable.properties import fault
+from blocktable.properties.report.frames import where_text
+from blocktable.properties.run import profiles
+from blocktable.properties.run.child import Send
+from blocktable.properties.run.messages import Job, Result
+from blocktable.properties.slot.truth import harness_kernels
+
+# Ours for the KV kinds no plug-in replaces: "triton" or "torch". Read here, once per
+# process; the default is the Triton kernels on a GPU and the torch-native ones under
+# the interpreter, where each launch costs milliseconds and a KV world makes three a
+# group a step (the KV mutants set "triton").
+KV_KERNELS_VARIABLE = "BLOCKTABLE_KV_KERNELS"
+
+
+def prepare_backend(job: Job, send: Send) -> device.Backend | None:
+    """The child's device and profile; None (a config-error result sent) on failure."""
+    fault.exit_on_device_faults()
+    try:
+        backend = device.select(job.device)
+    except (RuntimeError, ValueError) as e:
+        send(Result("config-error", message=str(e)))
+        return None
+    os.environ[profiles.PROFILE_VARIABLE] = job.profile
+    profiles.register_and_load()
+    profiles.collect_less()
+    profiles.import_every_module()  # after the backend: kernel modules read TRITON_INTERPRET
+    return backend
+
+
+def plugins_for(slot: str | SlotMappingFn, kv: dict[str, str], backend: device.Backend) -> Plugins:
+    """The slot-mapping kernel `slot` names (or `slot` itself, a function) and the KV
+    kernels `kv` names, ours for the rest."""
+    ours = os.environ.get(KV_KERNELS_VARIABLE, "torch" if backend.interpreted else "triton")
+    kernels = plugin.load_kv_kernels({kind: kv.get(kind) or ours for kind in plugin.KV_KINDS})
+    if isinstance(slot, str):
+        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot)
+    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"))
+
+
+def config_error(send: Send, error: plugin.PluginError) -> None:
+    """A plug-in that cannot be loaded, said on one line, with where in its own file an
+    import raised."""
+    send(Result("config-error", message=str(error) + (where_text(error.__cause__) if error.__cause__ else "")))
+
+
+def prepare(job: Job, send: Send) -> tuple[device.Backend, Plugins] | None:
+    """The child's device, profile and everything under test; None (a config-error
+    result sent) on failure."""
+    backend = prepare_backend(job, send)
+    if backend is None:
+        return None
+    try:
+        return backend, plugins_for(job.kernel, job.kv, backend)
+    except plugin.PluginError as e:
+        config_error(send, e)
+        return None

@@ -1,0 +1,178 @@
+"""Replaying a case deterministically: a lockstep program, a stateless call, or a
+case's whole run (the contract examples and every program up to the failing one),
+and the child process that `blocktable replay`, the confirmation of a new case and
+emitted regression tests run (`replay_child`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from blocktable import device, plugin
+from blocktable.plugin import Plugins
+from blocktable.properties.cases.case import Case, load
+from blocktable.properties.kv.call import run_kv_call
+from blocktable.properties.lockstep.driver import Lockstep
+from blocktable.properties.outcome import Outcome
+from blocktable.properties.report.describe import describe_step
+from blocktable.properties.run.child import Send
+from blocktable.properties.run.failure import describe_failure
+from blocktable.properties.run.journal import Journal
+from blocktable.properties.run.messages import Job, Log, Result
+from blocktable.properties.run.prepare import config_error, plugins_for, prepare_backend
+from blocktable.properties.slot.call import run_slot_call, slot_call
+from blocktable.properties.slot.examples import SPEC_EXAMPLES
+from blocktable.properties.world import WorldConfig
+
+OnStep = Callable[[int, dict[str, Any]], None]
+
+
+def replay_lockstep(case: Case, kernels: Plugins, backend: device.Backend, on_step: OnStep | None = None) -> Outcome:
+    assert case.world is not None
+    try:
+        run = Lockstep(case.world, kernels, backend)
+    except Exception as e:  # the implementation refused a valid configuration
+        return Outcome(False, e, None)
+    for i, step in enumerate(case.program):
+        if on_step is not None:
+            on_step(i, step)
+        try:
+            run.apply(step)
+        except Exception as e:
+            return Outcome(False, e, i)
+    return Outcome(True)
+
+
+def replay_whole_run(whole: dict[str, Any], kernels: Plugins, backend: device.Backend,
+                     on_program: Callable[[Case], None] | None = None,
+                     on_step: OnStep | None = None) -> tuple[Outcome, Case | None, str]:
+    """Replay a case's whole run (cases/case.py) in order, as the fuzzing process ran
+    it: the contract examples, then every program. (the outcome, the part that failed
+    as a case, which part that was); the first failure ends it."""
+    spec = kernels.slot_spec
+    for example in SPEC_EXAMPLES[:whole["contract_examples"]]:
+        qsl, positions, table = example.inputs()
+        call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+        part = Case("slot-call", spec, {}, call=call)
+        if on_program is not None:
+            on_program(part)
+        outcome = run_slot_call(call, kernels.slot, backend)
+        if not outcome.passed:
+            return outcome, part, f"contract example {example.name}"
+    programs = whole["programs"]
+    for i, entry in enumerate(programs):
+        part = Case("lockstep", spec, {}, world=WorldConfig.from_json(entry["world"]), program=list(entry["program"]))
+        if on_program is not None:
+            on_program(part)
+        outcome = replay_lockstep(part, kernels, backend, on_step=on_step)
+        if not outcome.passed:
+            return outcome, part, f"program {i + 1} of {len(programs)}"
+    return Outcome(True), None, ""
+
+
+def kv_kind_of(job: Job) -> str | None:
+    """The op of a "kv-call" case (its kernel is a KV kernel of that kind), else None.
+    Read before the case is checked: the kernel is loaded first. A file that cannot
+    be read is None here and reported when the case is loaded."""
+    data = job.case_data
+    if data is None and job.case:
+        try:
+            data = json.loads(Path(job.case).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+    if isinstance(data, dict) and data.get("kind") == "kv-call" and isinstance(data.get("call"), dict):
+        op = data["call"].get("op")
+        return op if op in plugin.KV_KINDS else None
+    return None
+
+
+def replay_child(job: Job, send: Send) -> None:
+    """Replay one case (a file, or its JSON before the file is written); a "pass" or
+    "fail" result with the failure. With `job.whole_run`, the case's whole run instead."""
+    backend = prepare_backend(job, send)
+    if backend is None:
+        return
+    kind = kv_kind_of(job)
+    try:
+        kv_kernel = plugin.load_kv(kind, job.kernel) if kind else None
+        kernels = None if kind else plugins_for(job.kernel, job.kv, backend)
+    except plugin.PluginError as e:
+        config_error(send, e)
+        return
+    try:
+        if job.case_data is not None:
+            case = Case.from_json(job.case_data)
+            case_path = Path(job.case or "case.json")
+        else:
+            case_path = Path(job.case or "")
+            case = load(case_path)
+    except ValueError as e:  # the parent checks first; a file changed since is still no kernel's fault
+        send(Result("config-error", message=str(e)))
+        return
+    case.kernel = job.kernel
+    if kernels is not None and case.kv and not job.kv:  # the plug-ins the case ran with, unless the replay names others
+        try:
+            kernels = plugins_for(job.kernel, case.kv, backend)
+        except plugin.PluginError as e:
+            send(Result("config-error", message=str(e)))
+            return
+    if job.whole_run:
+        assert kernels is not None
+        _replay_whole_run(job, case, case_path, kernels, backend, send)
+        return
+    journal = Journal(Path(job.journal)) if job.journal else None
+    if journal is not None:
+        journal.start({"kind": case.kind, "kernel": case.kernel, "device": backend.describe(),
+                       "world": case.world.to_json() if case.world else None, "call": case.call})
+
+    def on_step(i: int, step: dict[str, Any]) -> None:
+        if job.verbose:
+            send(Log(f"step {i + 1}: {describe_step(step)}"))
+        if journal is not None:
+            journal.write(step)
+
+    kernel: Callable | None
+    if case.kind == "kv-call":
+        kernel = kv_kernel
+        outcome = run_kv_call(case.call or {}, kv_kernel, backend.device)  # type: ignore[arg-type]
+    elif case.kind == "slot-call":
+        assert kernels is not None
+        kernel = kernels.slot
+        outcome = run_slot_call(case.call or {}, kernels.slot, backend)
+    else:
+        assert kernels is not None
+        kernel = kernels.slot
+        outcome = replay_lockstep(case, kernels, backend, on_step=on_step)
+    if journal is not None:
+        journal.close()
+    if outcome.passed:
+        send(Result("pass", device=backend.describe()))
+        return
+    send(Result("fail", device=backend.describe(),
+                failure=describe_failure(case, outcome, backend, case_path, kernel=kernel, verbose=job.verbose)))
+
+
+def _replay_whole_run(job: Job, case: Case, case_path: Path, kernels: Plugins, backend: device.Backend,
+                      send: Send) -> None:
+    if case.whole_run is None:
+        send(Result("config-error", message=f"{case_path} keeps no whole run to replay"))
+        return
+    journal = Journal(Path(job.journal)) if job.journal else None
+
+    def on_program(part: Case) -> None:
+        if journal is not None:
+            journal.start({"kind": part.kind, "kernel": part.kernel, "device": backend.describe(),
+                           "world": part.world.to_json() if part.world else None, "call": part.call})
+
+    outcome, part, which = replay_whole_run(case.whole_run, kernels, backend, on_program,
+                                            on_step=(lambda i, step: journal.write(step)) if journal else None)
+    if journal is not None:
+        journal.close()
+    if outcome.passed or part is None:
+        send(Result("pass", device=backend.describe()))
+        return
+    title = f"blocktable: the whole run that found {case_path.name} fails again, at {which}"
+    send(Result("fail", device=backend.describe(),
+                failure=describe_failure(part, outcome, backend, case_path, title, kernels.slot, job.verbose)))
