@@ -21,6 +21,7 @@ from blocktable.reference.sequence import SequenceBlocks
 from blocktable.reference.history import History
 from blocktable.reference.oracle import PagedCache
 from blocktable.reference.prefix import add_request, blocks_to_add, find_prefix, resume_request
+from blocktable.reference.v2 import BlockTables as V2BlockTables
 
 __all__ = [
     "NULL_BLOCK_ID",
@@ -33,6 +34,7 @@ __all__ = [
     "MultiGroupBlockTable",
     "PagedCache",
     "SequenceBlocks",
+    "V2BlockTables",
     "add_request",
     "blocks_to_add",
     "cdiv",
