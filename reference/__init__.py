@@ -21,6 +21,7 @@ from blocktable.reference.prefix import add_request, blocks_to_add, find_prefix,
 from blocktable.reference.sequence import SequenceBlocks
 from blocktable.reference.slot import owner_rank, slot_mapping, slot_mappings_all_ranks, slot_of_position
 from blocktable.reference.table import BlockTable
+from blocktable.reference.v2 import BlockTables as V2BlockTables
 
 __all__ = [
     "NULL_BLOCK_ID",
@@ -33,6 +34,7 @@ __all__ = [
     "MultiGroupBlockTable",
     "PagedCache",
     "SequenceBlocks",
+    "V2BlockTables",
     "add_request",
     "blocks_to_add",
     "cdiv",
