@@ -18,6 +18,9 @@ condition (`r >= 0`) combined into a vector mask, since the interpreter turns ei
 into an int32 array that it then refuses as a mask. Scalar conditions act through a
 scalar `if` or by emptying a range (`tl.where(ok, n, 0)`) instead.
 
+The interpreter does not type-check: a name bound in both branches of an `if` must
+have one type in both for the compiler, which only a GPU run shows.
+
 Grids:
 - append: one program per staged write, then one per TILE counts of the `[G, Rmax]`
   count copy. A write that a later write to the same row overlaps leaves the
@@ -57,12 +60,13 @@ def append_block_ids(row_ptrs, row_strides, widths, num_groups, num_rows,
     the writes: cnt_dev = cnt, TILE entries each."""
     pid = tl.program_id(0)
     if pid >= num_writes:
+        # Names of their own: a name bound in both branches must have one type there.
         k = (pid - num_writes).to(tl.int64) * TILE + tl.arange(0, TILE)
-        m = k < num_groups.to(tl.int64) * num_rows
-        g = k // num_rows
-        r = k - g * num_rows
-        counts = tl.load(cnt_ptr + g * cnt_s0 + r * cnt_s1, mask=m)
-        tl.store(dev_ptr + g * dev_s0 + r * dev_s1, counts, mask=m)
+        in_counts = k < num_groups * num_rows
+        kg = k // num_rows
+        kr = k - kg * num_rows
+        counts = tl.load(cnt_ptr + kg * cnt_s0 + kr * cnt_s1, mask=in_counts)
+        tl.store(dev_ptr + kg * dev_s0 + kr * dev_s1, counts, mask=in_counts)
     else:
         g = tl.load(group_ptr + pid)
         r = tl.load(row_ptr + pid).to(tl.int64)
