@@ -63,7 +63,8 @@ def gather_torch(rows: Sequence[torch.Tensor], cnt_dev: torch.Tensor, inp: Seque
         width = dst.shape[1]
         count = torch.where(real, cnt_dev[g, rs].to(torch.int64), 0).clamp(0, min(width, src.shape[1]))
         copied = count[:, None] > torch.arange(width, device=device)[None, :]
-        source = src[rs, :width] if src.shape[1] >= width else torch.nn.functional.pad(src[rs], (0, width - src.shape[1]))
+        source = (src[rs, :width] if src.shape[1] >= width
+                  else torch.nn.functional.pad(src[rs], (0, width - src.shape[1])))
         gathered = torch.where(copied, source, dst[:n])
         dst[:n] = torch.where(real[:, None], gathered, torch.zeros_like(gathered))
 

@@ -9,6 +9,7 @@ lockstep/check.py). Reports (report/) read these fields; nothing reads the text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ class Discrepancy(AssertionError):
         self.expected = expected
         self.actual = actual
         self.notes: list[str] = []  # what the harness learnt after the comparison (say, "never written")
+        self.detail: Any = None  # the differing element in the compared state's own terms (lockstep/check.py)
 
     @property
     def what(self) -> str:
@@ -51,8 +53,11 @@ def same_values(expected: np.ndarray, actual: np.ndarray) -> bool:
 
 
 def assert_arrays_equal(part: str, expected: np.ndarray, actual: np.ndarray, *, group: int | None = None,
-                        rank: int | None = None) -> None:
-    """Same shape, same dtype, same values everywhere (padding and tails included)."""
+                        rank: int | None = None, detail: Callable[[tuple[int, ...]], Any] | None = None) -> None:
+    """Same shape, same dtype, same values everywhere (padding and tails included).
+    `detail(index)`: the first differing element in the caller's terms, kept on the
+    error. Every difference of values is raised from one place, so that Hypothesis,
+    which tells failures apart by where they are raised, treats them as one."""
     expected, actual = np.asarray(expected), np.asarray(actual)
     if expected.shape != actual.shape:
         raise Discrepancy(part, f"shape {actual.shape}, expected {expected.shape}", group=group, rank=rank)
@@ -61,10 +66,12 @@ def assert_arrays_equal(part: str, expected: np.ndarray, actual: np.ndarray, *, 
     if not same_values(expected, actual):
         differ = np.argwhere(expected != actual)
         index = tuple(int(i) for i in differ[0])
-        raise Discrepancy(part, f"{len(differ)} elements differ; first at {list(index)}: "
-                                f"expected {expected[index]}, got {actual[index]}",
-                          group=group, rank=rank, index=index, expected=expected[index].item(),
-                          actual=actual[index].item())
+        error = Discrepancy(part, f"{len(differ)} elements differ; first at {list(index)}: "
+                                  f"expected {expected[index]}, got {actual[index]}",
+                            group=group, rank=rank, index=index, expected=expected[index].item(),
+                            actual=actual[index].item())
+        error.detail = detail(index) if detail is not None else None
+        raise error
 
 
 def raised(part: str, error: Exception, group: int | None = None, rank: int | None = None) -> Discrepancy:

@@ -6,6 +6,8 @@ invariants on the reference whenever the state they depend on changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -16,18 +18,15 @@ from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
 
 
-class TableDiscrepancy(Discrepancy):
-    """A table part differs (`source`: "host" or "device"); carries the first differing
-    row as each side holds it, and its counts."""
+@dataclass(frozen=True)
+class TableRows:
+    """A table part's first differing row (`source`: "host" or "device") as each side
+    holds it, and its counts: a Discrepancy's detail."""
 
-    def __init__(self, error: Discrepancy, source: str, row: int, rows: tuple[np.ndarray, np.ndarray],
-                 counts: tuple[int, int]) -> None:
-        super().__init__(error.part, error.message, group=error.group, index=error.index, expected=error.expected,
-                         actual=error.actual)
-        self.source = source
-        self.row = row
-        self.rows = (rows[0].copy(), rows[1].copy())  # (the reference's, ours)
-        self.counts = counts
+    source: str
+    row: int
+    rows: tuple[np.ndarray, np.ndarray]  # (the reference's, ours)
+    counts: tuple[int, int]
 
 
 def check_table(g: int, reference: Any, impl: Any, device_rows: np.ndarray | None = None,
@@ -36,21 +35,21 @@ def check_table(g: int, reference: Any, impl: Any, device_rows: np.ndarray | Non
     unless given). `note`: where the caller was, added to the report."""
     if device_rows is None:
         device_rows = impl.device_rows()
-    for part, source, expected, actual in (("table host rows", "host", reference.host, impl.host),
-                                           ("table row counts", None, reference.count, impl.count),
-                                           ("table device rows", "device", reference.device, device_rows)):
-        try:
-            assert_arrays_equal(part, expected, actual, group=g)
-        except Discrepancy as error:
-            if note:
-                error.notes.append(note)
-            if source is None or error.index is None:
-                raise
-            row = error.index[0]
-            found = TableDiscrepancy(error, source, row, (expected[row], actual[row]),
-                                     (int(reference.count[row]), int(impl.count[row])))
-            found.notes = error.notes
-            raise found from None
+
+    def rows_of(source: str, expected: np.ndarray, actual: np.ndarray) -> Callable[[tuple[int, ...]], TableRows]:
+        return lambda index: TableRows(source, index[0], (expected[index[0]].copy(), actual[index[0]].copy()),
+                                       (int(reference.count[index[0]]), int(impl.count[index[0]])))
+
+    try:
+        assert_arrays_equal("table host rows", reference.host, impl.host, group=g,
+                            detail=rows_of("host", reference.host, impl.host))
+        assert_arrays_equal("table row counts", reference.count, impl.count, group=g)
+        assert_arrays_equal("table device rows", reference.device, device_rows, group=g,
+                            detail=rows_of("device", reference.device, device_rows))
+    except Discrepancy as error:
+        if note:
+            error.notes.append(note)
+        raise
 
 
 def check_pool(reference: Any, impl: Any, note: str | None = None) -> None:

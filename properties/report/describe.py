@@ -12,7 +12,7 @@ import numpy as np
 from blocktable.properties.cases.case import Case
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.kv.call import cache_dtype
-from blocktable.properties.lockstep.check import TableDiscrepancy
+from blocktable.properties.lockstep.check import TableRows
 from blocktable.properties.report.frames import exception_lines
 from blocktable.properties.slot.compare import SlotDiscrepancy
 from blocktable.properties.slot.guard import UNWRITTEN
@@ -142,10 +142,10 @@ def slot_lines(error: SlotDiscrepancy) -> list[str]:
     return lines
 
 
-def table_lines(error: TableDiscrepancy) -> list[str]:
-    row, source = error.row, error.source
-    return [f"  row {row} ({source}) as the reference holds it:      {_row_text(error.rows[0], error.counts[0])}",
-            f"  row {row} ({source}) as the implementation holds it: {_row_text(error.rows[1], error.counts[1])}"]
+def table_lines(rows: TableRows) -> list[str]:
+    row, source = rows.row, rows.source
+    return [f"  row {row} ({source}) as the reference holds it:      {_row_text(rows.rows[0], rows.counts[0])}",
+            f"  row {row} ({source}) as the implementation holds it: {_row_text(rows.rows[1], rows.counts[1])}"]
 
 
 def failure_lines(error: BaseException | None, failed_step: int | None, kernel_files: list[str],
@@ -159,8 +159,6 @@ def failure_lines(error: BaseException | None, failed_step: int | None, kernel_f
     lines.extend(exception_lines(error, kernel_files, verbose))
     if isinstance(error, SlotDiscrepancy):
         lines.extend(slot_lines(error))
-    elif isinstance(error, TableDiscrepancy):
-        lines.extend(table_lines(error))
-    elif isinstance(error, Discrepancy):
-        pass  # its message says it all
+    elif isinstance(error, Discrepancy) and isinstance(error.detail, TableRows):
+        lines.extend(table_lines(error.detail))
     return lines
