@@ -19,8 +19,7 @@ def write(key, value, key_cache, value_cache, slot_mapping, *, layout, kv_cache_
             # A device tensor, not a host scalar: CUDA torch would multiply by 1 / scale.
             divisor = torch.tensor([scale], dtype=torch.float32, device=x.device)
             rows = (rows.float() / divisor).clamp(-448, 448)  # saturate; NaN stays NaN
-            codes = rows.to(torch.float8_e4m3fn).view(torch.uint8)
-            rows = torch.where(rows.isnan(), 0x7F, codes).to(torch.uint8)  # every NaN is 0x7F
+            rows = rows.to(torch.float8_e4m3fn).view(torch.uint8)  # a NaN keeps its sign: 0x7F or 0xFF
         if layout == "NHD":
             cache[block, offset] = rows
         else:

@@ -69,6 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     for kind in KV_KINDS:
         p.add_argument(f"--kv-{kind}", action="append", default=[], metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
                        help=f"a KV {kind} plug-in to time beside ours and torch-native (repeatable)")
+    p.add_argument("--strict-nan", action="store_true",
+                   help="a KV plug-in's outputs must match ours with NaN encodings exact too (docs/contract.md §9)")
     p.set_defaults(run=run)
 
 
@@ -159,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
                               markup=False)
     kv_rows: list[bench_kv.KvRow] = []
     if args.suite != "slot":
-        kv_rows, _ = bench_kv.run_suite(backend, seed=args.seed, extra=kv_extra, report=lambda r: console.print(
+        kv_rows, _ = bench_kv.run_suite(backend, seed=args.seed, extra=kv_extra, strict_nan=args.strict_nan,
+                                        report=lambda r: console.print(
             f"{r.case:<52} {r.kernel:<10} " + (f"{r.microseconds:9.2f} µs" if r.microseconds else "        -   ")
             + f"  {r.note}", markup=False))
     args.out.mkdir(parents=True, exist_ok=True)

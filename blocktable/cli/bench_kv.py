@@ -87,6 +87,9 @@ class Prepared:
     state: list[torch.Tensor]
     call: Callable[[Callable, list[torch.Tensor]], None]
     bytes: int
+    # Per state tensor, where a NaN may be encoded either way (docs/contract.md §9: the
+    # cells an fp8 write encodes, the rows a gather decodes); None: bit for bit.
+    nan_cells: list[torch.Tensor | None] | None = None
 
 
 def implementations(op: str, extra: dict[str, Callable] | None = None) -> dict[str, Callable]:
@@ -138,7 +141,11 @@ def prepare(case: Case, device: Any, seed: int = 0) -> Prepared:
         slot_mapping = torch.from_numpy(slots).to(device)
         caches = [_poisoned(_cache_shape(case, num_blocks), cache_dtype, device, g) for _ in range(2)]
         nbytes = 2 * n * H * D * (key.element_size() + cache_item) + 8 * n
-        return Prepared(caches, lambda fn, s: fn(key, value, s[0], s[1], slot_mapping, **kw), nbytes)
+        written = torch.zeros(num_blocks * Bk, dtype=torch.bool, device=device)
+        written[slot_mapping] = True
+        written = written.view(num_blocks, Bk, 1, 1) if case.layout == "NHD" else written.view(num_blocks, 1, Bk, 1)
+        cells = written.expand(caches[0].shape) if case.kv_cache_dtype == "fp8_e4m3" else None
+        return Prepared(caches, lambda fn, s: fn(key, value, s[0], s[1], slot_mapping, **kw), nbytes, [cells, cells])
     if case.op == "copy":
         m = case.tokens
         num_blocks = 4 * m
@@ -160,14 +167,33 @@ def prepare(case: Case, device: Any, seed: int = 0) -> Prepared:
     outs = [_poisoned((case.tokens, H, D), out_dtype, device, g) for _ in range(2)]
     out_item = torch.empty(0, dtype=out_dtype).element_size()
     nbytes = 2 * case.tokens * H * D * (cache_item + out_item) + 4 * int(N * width + N + 1)
-    return Prepared(outs, lambda fn, s: fn(caches[0], caches[1], table, cu, s[0], s[1], **kw), nbytes)
+    decoded = torch.ones(outs[0].shape, dtype=torch.bool, device=device)  # every row: cu[N] == tokens
+    cells = decoded if case.kv_cache_dtype == "fp8_e4m3" else None
+    return Prepared(outs, lambda fn, s: fn(caches[0], caches[1], table, cu, s[0], s[1], **kw), nbytes, [cells, cells])
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
-def bench_case(case: Case, backend: Any, seed: int = 0, extra: dict[str, Callable] | None = None) -> list[KvRow]:
+def same_outputs(a: torch.Tensor, b: torch.Tensor, nan_cells: torch.Tensor | None, strict_nan: bool = False) -> bool:
+    """Bit for bit, except that inside `nan_cells` (docs/contract.md §9) e4m3fn's two
+    NaN codes are equal, and so is any NaN to any NaN among decoded values; --strict-nan
+    holds those exact too."""
+    if torch.equal(_bits(a), _bits(b)):
+        return True
+    if strict_nan or nan_cells is None:
+        return False
+    if a.dtype == torch.uint8:  # fp8 codes: 0x7F and 0xFF are e4m3fn's NaNs
+        nan_codes = torch.tensor([0x7F, 0xFF], dtype=torch.uint8, device=a.device)
+        allowed = torch.isin(a, nan_codes) & torch.isin(b, nan_codes)
+    else:
+        allowed = torch.isnan(a) & torch.isnan(b)
+    return not bool(((_bits(a) != _bits(b)) & ~(allowed & nan_cells)).any())
+
+
+def bench_case(case: Case, backend: Any, seed: int = 0, extra: dict[str, Callable] | None = None,
+               strict_nan: bool = False) -> list[KvRow]:
     """Every implementation from equal buffers, each compared bit for bit with ours,
     then timed; one whose outputs differ is reported and not timed."""
     from blocktable.checks import data_checks
@@ -184,8 +210,10 @@ def bench_case(case: Case, backend: Any, seed: int = 0, extra: dict[str, Callabl
             except Exception as e:  # a plug-in that refuses the call is reported, not timed
                 states[name] = []
                 rows.append(KvRow(case.name(), name, None, prepared.bytes, False, f"RAISED {type(e).__name__}: {e}"))
-        same = {name: bool(states[name]) and all(torch.equal(_bits(a), _bits(b))
-                                                 for a, b in zip(states["triton"], states[name])) for name in fns}
+        cells = prepared.nan_cells or [None] * len(prepared.state)
+        same = {name: bool(states[name]) and all(same_outputs(a, b, c, strict_nan)
+                                                 for a, b, c in zip(states["triton"], states[name], cells))
+                for name in fns}
         for name, fn in fns.items():
             if not states[name]:
                 continue
@@ -199,7 +227,8 @@ def bench_case(case: Case, backend: Any, seed: int = 0, extra: dict[str, Callabl
 
 def run_suite(backend: Any, cases: list[Case] | None = None, seed: int = 0,
               report: Callable[[KvRow], None] | None = None,
-              extra: dict[str, dict[str, Callable]] | None = None) -> tuple[list[KvRow], float | None]:
+              extra: dict[str, dict[str, Callable]] | None = None,
+              strict_nan: bool = False) -> tuple[list[KvRow], float | None]:
     """(rows, the device-to-device copy's GB/s or None without a GPU). `extra`: plug-ins
     by op ("write", "copy", "gather"), each {name: fn}, timed beside ours."""
     cuda = backend.name == "cuda"
@@ -207,7 +236,7 @@ def run_suite(backend: Any, cases: list[Case] | None = None, seed: int = 0,
     copy_gbps = copy_bandwidth(cuda)
     rows = []
     for case in cases:
-        for row in bench_case(case, backend, seed, (extra or {}).get(case.op)):
+        for row in bench_case(case, backend, seed, (extra or {}).get(case.op), strict_nan):
             rows.append(row)
             if report:
                 report(row)

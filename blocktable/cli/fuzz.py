@@ -57,6 +57,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
     p.add_argument("--verbose", action="store_true",
                    help="reports show the whole exception chain of a kernel that raised")
+    p.add_argument("--strict-nan", action="store_true",
+                   help="hold the KV outputs' NaN encodings exactly (by default an fp8 NaN may be either code and a "
+                        "decoded NaN any NaN: docs/contract.md §9)")
     p.add_argument("--jobs", default="1", metavar="N|auto",
                    help="fuzzing processes at once, seeds SEED, SEED+1, ... (default 1; auto: the usable cores, "
                         "less one on a GPU host)")
@@ -135,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     journal = args.out / "journal.jsonl"
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
-              database=database, database_readonly=args.database_readonly, kv=kv)
+              database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan)
     target: Target
     if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)
         target = kv_stateless_child

@@ -53,6 +53,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replay N times, each in a fresh process, and report how many failed (default 1)")
     p.add_argument("--verbose", action="store_true",
                    help=f"print every step as it runs and the whole exception chain (or set {VERBOSE_VARIABLE}=1)")
+    p.add_argument("--strict-nan", action="store_true",
+                   help="hold NaN encodings exactly (a case found with --strict-nan replays so anyway)")
     p.set_defaults(run=run)
 
 
@@ -74,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"wrote {path} (and {path.with_name(args.case.name)})", soft_wrap=True)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     if args.repeat > 1:
-        return repeat(args.case, case, kernel, args.device, args.repeat, verbose)
-    return replay(args.case, kernel, args.device, verbose, case=case)
+        return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan)
+    return replay(args.case, kernel, args.device, verbose, case=case, strict_nan=args.strict_nan)
 
 
 def _text(attempt: Attempt) -> str:
@@ -88,11 +90,12 @@ def _explain_whole_run(case: Case, attempt: Attempt) -> None:
                       f"({whole_run_text(case.whole_run)}):", markup=False, soft_wrap=True)
 
 
-def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Case | None = None) -> int:
+def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Case | None = None,
+           strict_nan: bool = False) -> int:
     if case is None:
         case = load(case_path)
     attempt = replay_case(case, kernel, device, case_path, verbose,
-                          on_log=lambda text: console.print(text, markup=False))
+                          on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan)
     if attempt.status == "config-error":
         return usage_error("replay", attempt.text)
     _explain_whole_run(case, attempt)
@@ -110,13 +113,14 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, cas
     return EXIT_FAIL
 
 
-def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, verbose: bool = False) -> int:
+def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, verbose: bool = False,
+           strict_nan: bool = False) -> int:
     """Replay the case `times` times, each in a fresh process; print the first
     failure's report and how many failed. Exit 1 if any did."""
     failed: list[int] = []
     first: Attempt | None = None
     for i in range(times):
-        attempt = replay_case(case, kernel, device, case_path, verbose)
+        attempt = replay_case(case, kernel, device, case_path, verbose, strict_nan=strict_nan)
         if attempt.status == "config-error":
             return usage_error("replay", attempt.text)
         verdict = "passes" if attempt.status == "pass" else ("crashes" if attempt.crashed else "fails")

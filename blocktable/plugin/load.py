@@ -73,11 +73,14 @@ class KVKernels:
 @dataclass(frozen=True)
 class Plugins:
     """Everything under test in one run: the slot-mapping kernel and the KV kernels,
-    each ours or a plug-in, and how the slot-mapping kernel was named."""
+    each ours or a plug-in, how the slot-mapping kernel was named, and whether the
+    KV outputs' NaN encodings are held exactly (`--strict-nan`; docs/contract.md §9
+    lets them differ)."""
 
     slot: SlotMappingFn
     kv: KVKernels
     slot_spec: str = "triton"
+    strict_nan: bool = False
 
 
 def load_kv_kernels(specs: dict[str, str] | None = None) -> KVKernels:

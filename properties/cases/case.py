@@ -77,6 +77,8 @@ class Case:
     # The KV plug-ins a lockstep case ran with, by kind ("write", "copy", "gather");
     # a kind not named ran ours.
     kv: dict[str, str] = field(default_factory=dict)
+    # Found with NaN encodings held exactly (--strict-nan): its replays hold them so too.
+    strict_nan: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data = {"format": FORMAT, "version": VERSION, "kind": self.kind, "kernel": self.kernel,
@@ -88,6 +90,8 @@ class Case:
             data["whole_run"] = self.whole_run
         if self.kv:
             data["kv"] = self.kv
+        if self.strict_nan:
+            data["strict_nan"] = True
         return data
 
     @classmethod
@@ -107,7 +111,8 @@ class Case:
         body = json.dumps({"kind": self.kind, "kernel": self.kernel,
                            "failure": [self.failure.get("what"), self.failure.get("message")],
                            "world": self.world.to_json() if self.world else None,
-                           "program": self.program, "call": self.call, "kv": self.kv}, sort_keys=True, default=str)
+                           "program": self.program, "call": self.call, "kv": self.kv,
+                           **({"strict_nan": True} if self.strict_nan else {})}, sort_keys=True, default=str)
         return hashlib.sha256(body.encode()).hexdigest()[:10]
 
     def path_in(self, folder: Path) -> Path:

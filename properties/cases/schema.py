@@ -66,8 +66,11 @@ def fields(data: Any) -> dict[str, Any]:
     if not (isinstance(kv, dict) and all(k in KV_KINDS and isinstance(v, str) and v.strip()
                                          for k, v in kv.items())):
         raise CaseError("'kv' must be an object naming a KV plug-in for each of write, copy, gather it lists")
+    strict_nan = data.get("strict_nan", False)
+    if not isinstance(strict_nan, bool):
+        raise CaseError(f"'strict_nan' must be true or false, not {type_name(strict_nan)}")
     case: dict[str, Any] = dict(kind=kind, kernel=kernel, failure=failure, provenance=provenance_data,
-                                confirmation=confirmation, kv=dict(kv))
+                                confirmation=confirmation, kv=dict(kv), strict_nan=strict_nan)
     if kind == "lockstep":
         world = _world(_require(data, "world", lambda v: isinstance(v, dict), "an object (the world)"), "world")
         program = _program(_require(data, "program", lambda v: isinstance(v, list), "a list of steps"), world,

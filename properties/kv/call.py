@@ -66,8 +66,9 @@ def _index_region(name: str, dtype: str, values: np.ndarray, seed: int, modulus:
     return region
 
 
-def build(call: dict[str, Any]) -> tuple[list[Region], Callable, Callable, Checks]:
-    """(regions, the truth, the kernel call, the checks) of a call: see run_guarded."""
+def build(call: dict[str, Any], strict_nan: bool = False) -> tuple[list[Region], Callable, Callable, Checks]:
+    """(regions, the truth, the kernel call, the checks) of a call: see run_guarded.
+    `strict_nan`: NaN encodings compared exactly (docs/contract.md §9 lets them differ)."""
     op, seed = call["op"], call["fill_seed"]
     layout, Bk, H, D = call["layout"], call["block_size"], call["num_heads"], call["head_size"]
     options = {k: call[k] for k in ("layout", "kv_cache_dtype", "k_scale", "v_scale")}
@@ -95,7 +96,7 @@ def build(call: dict[str, Any]) -> tuple[list[Region], Callable, Callable, Check
         for layer in range(call["layers"]):
             for v in views:
                 checks.compare.append((where[layer, v], v, _cache_check(f"{label} layer {layer} {v.replace('_', ' ')}",
-                                                                        layout, Bk, owners)))
+                                                                        layout, Bk, owners, strict_nan)))
         return regions, copy_truth, copy_call, checks
     regions = [r.fill(seed) for r in _cache_regions(call)]
     if op == "write":
@@ -119,7 +120,7 @@ def build(call: dict[str, Any]) -> tuple[list[Region], Callable, Callable, Check
         args.append(("slot_mapping", "slot_mapping"))
         for v in ("key_cache", "value_cache"):
             checks.compare.append((_find(regions, v), v, _cache_check(f"{label} {v.replace('_', ' ')}", layout, Bk,
-                                                                      write_owners(slots))))
+                                                                      write_owners(slots), strict_nan)))
 
         def truth(get: Callable) -> None:
             kv_truth.write(*(get(*a) for a in args), **options)
@@ -132,7 +133,8 @@ def build(call: dict[str, Any]) -> tuple[list[Region], Callable, Callable, Check
         for v in ("out_key", "out_value"):
             regions.append(Region(v, out_dtype, (call["out_rows"], H, D + call["out_pad"]), 64,
                                   {v: (slice(None), slice(None), slice(0, D))}, True).fill(seed))
-            checks.compare.append((v, v, _rows_check(f"{label} {v}", gather_owners(cu))))
+            decoded = int(cu[-1]) if call["kv_cache_dtype"] == "fp8_e4m3" else 0  # rows of decoded values
+            checks.compare.append((v, v, _rows_check(f"{label} {v}", gather_owners(cu), decoded, strict_nan)))
         args = [(_find(regions, v), v) for v in ("key_cache", "value_cache")]
         args += [(v, v) for v in ("block_table", "cu_lens", "out_key", "out_value")]
 
@@ -145,12 +147,12 @@ def build(call: dict[str, Any]) -> tuple[list[Region], Callable, Callable, Check
     return regions, truth, kernel_call, checks
 
 
-def _cache_check(what: str, layout: str, Bk: int, owners: Callable[[int], str]) -> Callable:
-    return lambda e, a: compare_cache(what, e, a, layout=layout, block_size=Bk, owners=owners)
+def _cache_check(what: str, layout: str, Bk: int, owners: Callable[[int], str], strict_nan: bool) -> Callable:
+    return lambda e, a: compare_cache(what, e, a, layout=layout, block_size=Bk, owners=owners, strict_nan=strict_nan)
 
 
-def _rows_check(what: str, rows: Callable[[int], str]) -> Callable:
-    return lambda e, a: compare_gathered(what, e, a, rows=rows)
+def _rows_check(what: str, rows: Callable[[int], str], nan_rows: int, strict_nan: bool) -> Callable:
+    return lambda e, a: compare_gathered(what, e, a, rows=rows, nan_rows=nan_rows, strict_nan=strict_nan)
 
 
 def write_owners(slots: np.ndarray) -> Callable[[int], str]:
@@ -180,10 +182,10 @@ def gather_owners(cu_lens: np.ndarray) -> Callable[[int], str]:
     return owner
 
 
-def run_kv_call(call: dict[str, Any], kernel: Callable, device: Any) -> Outcome:
+def run_kv_call(call: dict[str, Any], kernel: Callable, device: Any, strict_nan: bool = False) -> Outcome:
     """Run the call through `kernel` on `device` behind guards; a failed Outcome holds
     the Discrepancy (a kernel's own exception as its cause)."""
-    regions, truth, kernel_call, checks = build(call)
+    regions, truth, kernel_call, checks = build(call, strict_nan)
     label = f"{call.get('name', call['op'])}"
     try:
         run_guarded(regions, truth, lambda get: kernel_call(kernel, get), checks, device, label)

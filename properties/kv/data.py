@@ -50,7 +50,7 @@ def token_data(values: np.ndarray, kv: KVConfig, which: int) -> np.ndarray:
     reference's representation of kv.dtype (bfloat16 as uint16 bits). For a bit-copy
     cache, any bit pattern (NaNs with payloads too); for fp8, magnitudes from 2**-14
     to 2**9 times the scale's range (subnormal codes to saturation) and, one element
-    in 16, a special value (±0, ±inf, NaN)."""
+    in 16, a special value (±0, ±inf, NaN of either sign)."""
     H, D = kv.num_heads, kv.head_size
     cells = np.arange(H * D, dtype=np.uint64).reshape(1, H, D)
     with np.errstate(over="ignore"):
@@ -61,9 +61,10 @@ def token_data(values: np.ndarray, kv: KVConfig, which: int) -> np.ndarray:
         return (h & np.uint64((1 << (8 * size)) - 1)).astype(UNSIGNED[size]).view(HOST[kv.dtype])
     exponent = (h >> np.uint64(32)) % np.uint64(24) + np.uint64(127 - 14)
     f32 = ((h >> np.uint64(63)) << np.uint64(31)) | (exponent << np.uint64(23)) | (h & np.uint64(0x7FFFFF))
-    special = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x43E00000, 0x3B000000, 0x3A800000],
-                       dtype=np.uint64)  # ±0, ±inf, NaN, 448, 2**-9, 2**-10 (an fp8 midpoint)
-    f32 = np.where((h >> np.uint64(40)) % np.uint64(16) == 0, special[(h >> np.uint64(44)) % np.uint64(8)], f32)
+    special = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x43E00000, 0x3B000000,
+                        0x3A800000], dtype=np.uint64)  # ±0, ±inf, ±NaN, 448, 2**-9, 2**-10 (an fp8 midpoint)
+    pick = (h >> np.uint64(44)) % np.uint64(len(special))
+    f32 = np.where((h >> np.uint64(40)) % np.uint64(16) == 0, special[pick], f32)
     x = f32.astype(np.uint32).view(np.float32)
     if kv.dtype == "float16":
         with np.errstate(over="ignore"):

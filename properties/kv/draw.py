@@ -230,10 +230,11 @@ def candidates(call: dict[str, Any], error: BaseException | None) -> list[dict[s
     return out
 
 
-def shrink(call: dict[str, Any], error: BaseException | None, kernel: Callable, device: Any) -> dict[str, Any]:
+def shrink(call: dict[str, Any], error: BaseException | None, kernel: Callable, device: Any,
+           strict_nan: bool = False) -> dict[str, Any]:
     """The first candidate that still fails (the whole call if none smaller does)."""
     options = candidates(call, error)
     for part in options[:-1]:
-        if not run_kv_call(part, kernel, device).passed:
+        if not run_kv_call(part, kernel, device, strict_nan).passed:
             return part
     return options[-1]

@@ -34,6 +34,7 @@ from blocktable.device import upload
 from blocktable.plugin import KVKernels
 from blocktable.properties.compare import Discrepancy, raised
 from blocktable.properties.kv import truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
+from blocktable.properties.kv.compare import NAN_NOTE, differing
 from blocktable.properties.kv.data import HOST, fetchable, to_device, token_data
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
@@ -118,6 +119,7 @@ class KVWorld:
         rng = np.random.default_rng(7)
         self.ref: list[CachePair] = []
         self.impl: list[CachePair] = []
+        self.elements: list[np.ndarray] = []
         self.blocks_per_rank: list[int] = []
         for lay in run.layouts:
             per_rank = run.world.num_blocks * lay.kernel_blocks_per_block
@@ -127,6 +129,12 @@ class KVWorld:
             self.blocks_per_rank.append(per_rank)
             self.ref.append(cache_pair(host, kv, blocks, B))
             self.impl.append(cache_pair(to_device(host, self.cache_dtype, run.backend), kv, blocks, B))
+            # The cells that hold a cache element (not a guard, not padding): where an fp8
+            # cache's two NaN codes count as equal (docs/contract.md §9).
+            cells = cache_pair(np.zeros(len(host), dtype=bool), kv, blocks, B)
+            cells.key[...] = True
+            cells.value[...] = True
+            self.elements.append(cells.flat)
         self.errors: list[Discrepancy] = []
         self.expected_out: list[tuple[np.ndarray, np.ndarray]] = []
         self.step_slots: list[np.ndarray] = []
@@ -134,6 +142,7 @@ class KVWorld:
         self.gathered: list[list[tuple[int, int, int]]] = []  # per group: (request, rank, local length) by row
         self.tokens: list[tuple[int | None, int]] = []  # the step's tokens: (request, position)
         self.step_pairs: list[list[tuple[int, int]]] = []  # per group: the step's copies, in stacked kernel blocks
+        self.gather_rows: list[int] = []  # per group: the gathered rows whose NaNs may differ in encoding
 
     def options(self) -> dict[str, Any]:
         kv = self.kv
@@ -159,6 +168,7 @@ class KVWorld:
         host_v = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 1)
         dev_k, dev_v = to_device(host_k, kv.dtype, run.backend), to_device(host_v, kv.dtype, run.backend)
         self.errors, self.expected_out, self.step_slots, self.gathered, self.step_pairs = [], [], [], [], []
+        self.gather_rows = []
         self.tokens = [(run.rows[r], int(positions[t])) for r in range(len(qsl) - 1)
                        for t in range(int(qsl[r]), int(qsl[r + 1]))]
         back: list[torch.Tensor] = []
@@ -251,6 +261,7 @@ class KVWorld:
         out_k, out_v = host_out.copy(), host_out.copy()
         ref_kv.gather(self.ref[g].key, self.ref[g].value, ref_table, cu, out_k, out_v, **self.options())
         self.expected_out.append((out_k, out_v))
+        self.gather_rows.append(int(cu[-1]) if kv.kv_cache_dtype == "fp8_e4m3" else 0)  # decoded: any NaN is NaN
         device = run.impl.tables[g].device_tensor
         table = device if W == 1 else (device.repeat(W, 1) + upload(torch.from_numpy(shifts), run.backend))
         dev_out = [to_device(host_out, self.out_dtype, run.backend) for _ in range(2)]
@@ -262,29 +273,39 @@ class KVWorld:
         return [fetchable(t) for t in dev_out]
 
     def compare(self, back: list[np.ndarray]) -> None:
-        """After the slot mappings: each group's whole cache memory, then its gathered rows."""
+        """After the slot mappings: each group's whole cache memory, then its gathered
+        rows. NaN encodings may differ where docs/contract.md §9 lets them (an fp8
+        cache's elements, decoded rows), unless --strict-nan; nowhere else."""
         if self.errors:
             raise self.errors[0]
+        strict = self.state.kernels.strict_nan
         for g, lay in enumerate(self.state.layouts):
             flat, out_k, out_v = back[3 * g:3 * g + 3]
             want = bits(self.ref[g].flat)
             got = flat.view(want.dtype)
-            if not np.array_equal(want, got):
-                i = int(np.argmax(want != got))
+            differ, only_nans = differing(want, got, self.elements[g] if want.dtype == np.uint8 else False, strict)
+            if differ.any():
+                i = int(np.argmax(differ))
                 where, rank, slot = locate(self.ref[g], i, self.kv, lay.kernel_block_size, self.blocks_per_rank[g])
-                raise Discrepancy("KV cache", f"{where}{self._owner(g, rank, slot)}: expected bits "
-                                  f"{int(want[i]):#x}, found {int(got[i]):#x} ({int((want != got).sum())} of "
-                                  f"{want.size} cells differ)", group=g, index=(i,))
+                error = Discrepancy("KV cache", f"{where}{self._owner(g, rank, slot)}: expected bits "
+                                    f"{int(want[i]):#x}, found {int(got[i]):#x} ({int(differ.sum())} of "
+                                    f"{want.size} cells differ)", group=g, index=(i,))
+                error.notes += [NAN_NOTE] if only_nans else []
+                raise error
             for name, expected, actual in (("key", self.expected_out[g][0], out_k),
                                            ("value", self.expected_out[g][1], out_v)):
                 e = bits(expected)
                 a = actual.view(e.dtype)
-                if not np.array_equal(e, a):
-                    row, head, dim = (int(x) for x in np.argwhere(e != a)[0])
-                    raise Discrepancy("KV gather", f"{name} row {row} ({self._row(g, row)}) head {head} "
-                                      f"dim {dim}: expected bits {int(e[row, head, dim]):#x}, read "
-                                      f"{int(a[row, head, dim]):#x} ({int((e != a).sum())} of {e.size} differ)",
-                                      group=g, index=(row, head, dim))
+                rows = (np.arange(len(e)) < self.gather_rows[g])[:, None, None]
+                differ, only_nans = differing(expected, actual.view(expected.dtype), rows, strict)
+                if differ.any():
+                    row, head, dim = (int(x) for x in np.argwhere(differ)[0])
+                    error = Discrepancy("KV gather", f"{name} row {row} ({self._row(g, row)}) head {head} "
+                                        f"dim {dim}: expected bits {int(e[row, head, dim]):#x}, read "
+                                        f"{int(a[row, head, dim]):#x} ({int(differ.sum())} of {e.size} differ)",
+                                        group=g, index=(row, head, dim))
+                    error.notes += [NAN_NOTE] if only_nans else []
+                    raise error
 
     def _owner(self, g: int, rank: int | None, slot: int | None) -> str:
         """Which of this step's tokens the reference wrote into that slot, if any."""

@@ -34,7 +34,7 @@ class Attempt:
 
 def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[str, Any] | None = None,
                    whole_run: bool = False, verbose: bool = False, kv: dict[str, str] | None = None,
-                   on_log: Callable[[str], None] | None = None) -> Attempt:
+                   on_log: Callable[[str], None] | None = None, strict_nan: bool = False) -> Attempt:
     """Replay the case at `case_path` (or `case_data`, the file not yet written) in a
     fresh process, its journal in a scratch folder so that a crash is reported too."""
     def on_message(message: Message) -> None:
@@ -44,7 +44,7 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
     with tempfile.TemporaryDirectory() as scratch:
         journal = Path(scratch) / "journal.jsonl"
         job = Job(kernel, device=device, case=str(case_path), case_data=case_data, whole_run=whole_run,
-                  verbose=verbose, journal=str(journal), kv=dict(kv or {}))
+                  verbose=verbose, journal=str(journal), kv=dict(kv or {}), strict_nan=strict_nan)
         outcome = run_in_child(replay_child, job, on_message)
         result = outcome.result
         if result is None:
@@ -61,14 +61,16 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
 
 
 def replay_case(case: Case, kernel: str, device: str, case_path: Path, verbose: bool = False,
-                kv: dict[str, str] | None = None, on_log: Callable[[str], None] | None = None) -> Attempt:
+                kv: dict[str, str] | None = None, on_log: Callable[[str], None] | None = None,
+                strict_nan: bool = False) -> Attempt:
     """What `blocktable replay` runs once: the case in a fresh process and, if that
     passes and the case keeps the whole run that found it (it did not fail alone in
     a fresh process when found), the whole run in another."""
-    attempt = replay_attempt(kernel, device, case_path, verbose=verbose, kv=kv, on_log=on_log)
+    attempt = replay_attempt(kernel, device, case_path, verbose=verbose, kv=kv, on_log=on_log, strict_nan=strict_nan)
     if attempt.status != "pass" or case.whole_run is None:
         return attempt
-    return replay_attempt(kernel, device, case_path, whole_run=True, verbose=verbose, kv=kv, on_log=on_log)
+    return replay_attempt(kernel, device, case_path, whole_run=True, verbose=verbose, kv=kv, on_log=on_log,
+                          strict_nan=strict_nan)
 
 
 def confirm(case: Case, path: Path, kernel: str, device: str,

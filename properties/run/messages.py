@@ -45,6 +45,7 @@ class Job:
     # The KV kernels (docs/contract.md §9) under test beside the slot-mapping kernel,
     # by kind ("write", "copy", "gather"), as Case.kv holds them; a kind not named: ours.
     kv: dict[str, str] = field(default_factory=dict)
+    strict_nan: bool = False  # KV outputs' NaN encodings held exactly (docs/contract.md §9)
 
     def journal_path(self) -> Path:
         """The crash journal, which the children that fuzz or shrink must be given."""

@@ -36,14 +36,15 @@ def prepare_backend(job: Job, send: Send) -> device.Backend | None:
     return backend
 
 
-def plugins_for(slot: str | SlotMappingFn, kv: dict[str, str], backend: device.Backend) -> Plugins:
+def plugins_for(slot: str | SlotMappingFn, kv: dict[str, str], backend: device.Backend,
+                strict_nan: bool = False) -> Plugins:
     """The slot-mapping kernel `slot` names (or `slot` itself, a function) and the KV
     kernels `kv` names, ours for the rest."""
     ours = os.environ.get(KV_KERNELS_VARIABLE, "torch" if backend.interpreted else "triton")
     kernels = plugin.load_kv_kernels({kind: kv.get(kind) or ours for kind in plugin.KV_KINDS})
     if isinstance(slot, str):
-        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot)
-    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"))
+        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot, strict_nan)
+    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"), strict_nan)
 
 
 def config_error(send: Send, error: plugin.PluginError) -> None:
@@ -59,7 +60,7 @@ def prepare(job: Job, send: Send) -> tuple[device.Backend, Plugins] | None:
     if backend is None:
         return None
     try:
-        return backend, plugins_for(job.kernel, job.kv, backend)
+        return backend, plugins_for(job.kernel, job.kv, backend, job.strict_nan)
     except plugin.PluginError as e:
         config_error(send, e)
         return None

@@ -5,6 +5,7 @@ emitted regression tests run (`replay_child`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -118,6 +119,9 @@ def replay_child(job: Job, send: Send) -> None:
         except plugin.PluginError as e:
             send(Result("config-error", message=str(e)))
             return
+    strict = job.strict_nan or case.strict_nan  # a case found strict replays strict
+    if kernels is not None:
+        kernels = dataclasses.replace(kernels, strict_nan=strict)
     if job.whole_run:
         assert kernels is not None
         _replay_whole_run(job, case, case_path, kernels, backend, send)
@@ -136,7 +140,7 @@ def replay_child(job: Job, send: Send) -> None:
     kernel: Callable | None
     if case.kind == "kv-call":
         kernel = kv_kernel
-        outcome = run_kv_call(case.call or {}, kv_kernel, backend.device)  # type: ignore[arg-type]
+        outcome = run_kv_call(case.call or {}, kv_kernel, backend.device, strict)  # type: ignore[arg-type]
     elif case.kind == "slot-call":
         assert kernels is not None
         kernel = kernels.slot

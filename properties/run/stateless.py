@@ -141,14 +141,15 @@ def kv_stateless_child(job: Job, send: Send) -> None:
             journal.start({"kind": "kv-stateless-batch", "kernel": spec, "op": kind, "device": described,
                            "batch": calls + 1, "seed": job.seed, "call": kv_call_text(call),
                            "flags": flags})
-            outcome = run_kv_call(call, kernel, device)
+            outcome = run_kv_call(call, kernel, device, job.strict_nan)
             if not outcome.passed:
-                shrunk = shrink_kv(call, outcome.error, kernel, device)
-                case = Case("kv-call", spec, {}, call=shrunk,
+                shrunk = shrink_kv(call, outcome.error, kernel, device, job.strict_nan)
+                case = Case("kv-call", spec, {}, call=shrunk, strict_nan=job.strict_nan,
                             provenance=provenance(described, seed=job.seed, mode="stateless"))
                 stats.elapsed = time.monotonic() - start
                 journal.close()
-                send_failure(send, case, run_kv_call(shrunk, kernel, device), backend, Path(job.out or "."), stats,
+                send_failure(send, case, run_kv_call(shrunk, kernel, device, job.strict_nan), backend,
+                             Path(job.out or "."), stats,
                              kernel=kernel, verbose=job.verbose)
                 return
             calls += 1

@@ -1,6 +1,8 @@
 """The example KV plug-ins (examples/torch_kv_*.py) equal the reference of
 docs/contract.md §9 on small cases, whole buffers compared: what a third party copying
-them starts from is right."""
+them starts from is right. They use torch's own fp8 cast and decode, whose NaNs are
+encoded differently from the reference's (a negative NaN as 0xFF; a decoded NaN with
+the code's payload): the contract lets NaN encodings differ, and only there."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from blocktable.properties.kv.compare import differing
 from blocktable.reference import kv as reference
 from blocktable.reference.fp8 import float32_to_bfloat16
 
@@ -36,6 +39,16 @@ def bits_of(t: torch.Tensor) -> np.ndarray:
     return t.cpu().contiguous().view(torch.uint8).numpy().reshape(-1)
 
 
+def host(t: torch.Tensor, like: np.ndarray) -> np.ndarray:
+    """A device tensor as an array of `like`'s dtype and shape (bf16 as uint16 bits)."""
+    return bits_of(t).view(like.dtype).reshape(like.shape)
+
+
+def same(expected: np.ndarray, actual: np.ndarray, nans: bool | np.ndarray) -> bool:
+    """Bit for bit, NaNs of two encodings equal where `nans` (the contract's allowance)."""
+    return not differing(expected, actual, nans)[0].any()
+
+
 def random_cache(rng, shape, cache_dtype: torch.dtype) -> np.ndarray:
     if cache_dtype == torch.uint8:
         codes = rng.integers(0, 256, shape, dtype=np.uint8)
@@ -58,7 +71,7 @@ def test_write_example(backend, layout, mode, cache_dtype):
     write(to_torch(x, backend.device), to_torch(x[::-1].copy(), backend.device), device_buf[:, 0], device_buf[:, 1],
           torch.from_numpy(slots).to(backend.device), **kw)
     reference.write(x, x[::-1].copy(), buf[:, 0], buf[:, 1], slots, **kw)
-    assert np.array_equal(bits_of(device_buf), buf.view(np.uint8).reshape(-1))
+    assert same(buf, host(device_buf, buf), nans=mode == "fp8_e4m3")
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.uint8])
@@ -91,5 +104,8 @@ def test_gather_example(backend, layout, mode, cache_dtype):
     gather(*(to_torch(c, backend.device) for c in caches), torch.from_numpy(table).to(backend.device),
            torch.from_numpy(cu).to(backend.device), *device_outs, **kw)
     reference.gather(*caches, table, cu, *outs, **kw)
+    decoded = (np.arange(14) < cu[-1])[:, None, None] if mode == "fp8_e4m3" else False  # rows past cu[N]: exact
     for t, a in zip(device_outs, outs):
-        assert np.array_equal(bits_of(t), a.view(np.uint8).reshape(-1))
+        assert same(a, host(t, a), decoded)
+    if mode == "fp8_e4m3":  # block 0 offset 0 holds NaN codes, read by request 1: torch's NaNs differ
+        assert any(not same(a, host(t, a), False) for t, a in zip(device_outs, outs))

@@ -42,3 +42,34 @@ def test_byte_counts_are_the_minimum_traffic():
     case = bench_kv.Case("gather", 12, requests=3, kv_cache_dtype="fp8_e4m3", **tiny)
     assert bench_kv.prepare(case, "cpu").bytes == 2 * 12 * 16 * 5 + 4 * (3 + 4)
     assert case.name() == "gather 3 x 4 tokens, 2x8 fp8 NHD"
+
+
+def test_nan_encodings_differ_only_where_the_contract_allows():
+    import torch
+
+    a = torch.tensor([0x7F, 0x7F, 0x10], dtype=torch.uint8)
+    b = torch.tensor([0xFF, 0xFF, 0x10], dtype=torch.uint8)
+    inside = torch.tensor([True, True, True])
+    assert bench_kv.same_outputs(a, b, inside)
+    assert not bench_kv.same_outputs(a, b, inside, strict_nan=True)
+    assert not bench_kv.same_outputs(a, b, torch.tensor([True, False, True]))  # one NaN code outside the cells
+    assert not bench_kv.same_outputs(a, b, None)  # a bit copy (copy_blocks, a bf16 cache)
+    nan, other_nan = (torch.tensor([bits], dtype=torch.int32).view(torch.float32) for bits in (0x7FC00000, 0x7FF00000))
+    assert bench_kv.same_outputs(nan, other_nan, torch.tensor([True]))
+    assert not bench_kv.same_outputs(nan, torch.zeros(1), torch.tensor([True]))
+
+
+def test_a_gather_decoding_nans_its_own_way_is_timed_unless_strict(backend):
+    """The poisoned fp8 caches hold NaN codes; torch's decode keeps their payloads."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "torch_kv_gather.py"
+    spec = importlib.util.spec_from_file_location("torch_kv_gather", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    case = bench_kv.Case("gather", 12, requests=3, kv_cache_dtype="fp8_e4m3", heads=2, head_size=8, block_size=4)
+    extra = {"example": module.gather}
+    assert [r.ok for r in bench_kv.bench_case(case, backend, extra=extra)] == [True, True, True]
+    strict = bench_kv.bench_case(case, backend, extra=extra, strict_nan=True)
+    assert [(r.kernel, r.ok) for r in strict] == [("triton", True), ("torch", True), ("example", False)]

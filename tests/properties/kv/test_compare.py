@@ -1,12 +1,13 @@
 """The KV comparisons (properties/kv_compare.py): one planted difference anywhere in a
 cache decodes to its block, offset, slot, head and dim in both layouts; NaNs compare
-by bits; equal caches pass."""
+by bits, except an fp8 cache's two NaN codes and the NaNs a gather decodes (unless
+strict); equal caches pass."""
 
 import numpy as np
 import pytest
 
 from blocktable.properties.compare import Discrepancy
-from blocktable.properties.kv.compare import compare_cache, compare_gathered, element_text
+from blocktable.properties.kv.compare import NAN_NOTE, compare_cache, compare_gathered, element_text
 from blocktable.reference.kv import cache_shape, entry
 
 DTYPES = [np.float16, np.uint16, np.float32, np.uint8]  # uint16: bfloat16 bits; uint8: fp8 codes
@@ -61,6 +62,42 @@ def test_nans_compare_by_their_bits():
     zero = np.zeros((1, 1, 1, 1), np.float16)
     with pytest.raises(Discrepancy, match="0x8000"):
         compare_cache("key cache", zero, -zero, layout="HND", block_size=1)
+
+
+def test_an_fp8_cache_may_hold_either_nan_code_and_strict_says_so():
+    """docs/contract.md §9: 0x7F and 0xFF are both e4m3fn NaN, and nothing reading the
+    cache tells them apart; only an fp8 cache is allowed this (a float cache's NaN
+    is a bit copy, above)."""
+    expected = np.array([0x7F, 0x7F, 0x10, 0xFF], dtype=np.uint8).reshape(1, 2, 1, 2)
+    actual = np.array([0xFF, 0x7F, 0x10, 0x7F], dtype=np.uint8).reshape(1, 2, 1, 2)
+    compare_cache("key cache", expected, actual, layout="NHD", block_size=2)
+    with pytest.raises(Discrepancy) as caught:
+        compare_cache("key cache", expected, actual, layout="NHD", block_size=2, strict_nan=True)
+    assert NAN_NOTE in caught.value.notes and "2 of 4 elements differ" in str(caught.value)
+    numbered = actual.copy()
+    numbered[0, 0, 0, 0] = 0x00  # a NaN turned into a number: a finding either way
+    for strict in (False, True):
+        with pytest.raises(Discrepancy) as caught:
+            compare_cache("key cache", expected, numbered, layout="NHD", block_size=2, strict_nan=strict)
+        assert NAN_NOTE not in caught.value.notes and "expected code 0x7f = nan, got code 0x00 = 0.0" in str(caught.value)
+
+
+def test_decoded_rows_may_hold_any_nan_but_rows_past_them_keep_their_bits():
+    nan = np.uint32(0x7FC00000)
+    expected = np.full((3, 1, 2), nan, dtype=np.uint32)
+    actual = expected.copy()
+    actual[0, 0, 0] = 0x7FF00000  # torch's decode keeps the code's payload
+    actual[1, 0, 1] = 0xFFFFFFFF  # a negative NaN with every payload bit
+    expected, actual = expected.view(np.float32), actual.view(np.float32)
+    compare_gathered("key rows", expected, actual, nan_rows=2)
+    with pytest.raises(Discrepancy) as caught:
+        compare_gathered("key rows", expected, actual, nan_rows=2, strict_nan=True)
+    assert NAN_NOTE in caught.value.notes
+    past = actual.copy()
+    past.view(np.uint32)[2, 0, 0] = 0x7FF00000  # row 2 is padding (past cu_lens[N]): bit for bit
+    with pytest.raises(Discrepancy, match="first at row 2") as caught:
+        compare_gathered("key rows", expected, past, nan_rows=2)
+    assert NAN_NOTE not in caught.value.notes
 
 
 def test_counts_and_blocks_of_several_differences():

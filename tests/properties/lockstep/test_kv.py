@@ -35,8 +35,8 @@ def world(shape: str, kv: str) -> WorldConfig:
                        max_num_batched_tokens=40, kv=KVS[kv])
 
 
-def run_program(w: WorldConfig, backend, **kernels: str) -> Lockstep:
-    run = Lockstep(w, plugins_for("triton", kernels, backend), backend)
+def run_program(w: WorldConfig, backend, strict_nan: bool = False, **kernels: str) -> Lockstep:
+    run = Lockstep(w, plugins_for("triton", kernels, backend, strict_nan), backend)
     for step in PROGRAM:
         run.apply(step)
     return run
@@ -58,6 +58,21 @@ def test_our_kernels_pass(backend, monkeypatch, shape, kv):
 @pytest.mark.parametrize("kv", ["f16-nhd", "bf16-fp8-hnd-joint"])
 def test_other_correct_kernels_pass(backend, kernels, kv):
     run_program(world("dcp", kv), backend, **kernels)
+
+
+EXAMPLE_KERNELS = {"write": f"{EXAMPLES}/torch_kv_write.py:write", "gather": f"{EXAMPLES}/torch_kv_gather.py:gather"}
+
+
+@pytest.mark.parametrize("kind", EXAMPLE_KERNELS)
+def test_torchs_own_nan_encodings_pass_and_strict_nan_names_them(backend, kind):
+    """The example write casts with torch (a negative NaN is 0xFF, the reference's
+    0x7F); the example gather decodes with torch (a NaN keeps the code's payload).
+    docs/contract.md §9 lets NaN encodings differ; --strict-nan holds them exact and
+    says that is all that differs."""
+    w = world("dcp", "bf16-fp8-hnd-joint")
+    run_program(w, backend, **{kind: EXAMPLE_KERNELS[kind]})
+    with pytest.raises(Discrepancy, match="the difference is only a NaN encoding"):
+        run_program(w, backend, strict_nan=True, **{kind: EXAMPLE_KERNELS[kind]})
 
 
 def planted(tmp_path: Path, name: str, old: str, new: str) -> str:
