@@ -9,6 +9,7 @@ cannot leak into the transfer still in flight: the device receives a snapshot.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,7 +48,7 @@ class BlockTable:
         self.kernel_blocks_per_block = kv_block_size // kernel_block_size
         self.max_num_reqs = max_num_reqs
         blocks = -(-max_model_len // (kv_block_size * self.cp_world_size))
-        align = 128 // kv_block_size if kv_block_size <= 128 else 1  # vLLM's rule (docs/contract.md §2)
+        align = 128 // math.gcd(128, kv_block_size)  # vLLM's rule (docs/contract.md §2)
         self.width = -(-blocks // align) * align * self.kernel_blocks_per_block
 
         on_gpu = self.backend.name == "cuda"

@@ -3,7 +3,7 @@ device, host-side staging, one launch to apply the staged writes, a gather into
 batch order and the slot mappings of every group in one launch.
 
 The three device operations are plug-ins with the signatures of
-docs/plugins-v2-draft.md, collected in a `V2Kernels`; ours (`TRITON_KERNELS`,
+docs/plugins.md ("vLLM's V2 block tables"), collected in a `V2Kernels`; ours (`TRITON_KERNELS`,
 blocktable.kernels.v2) by default, the torch-native twins in blocktable.v2_torch.
 They trust their arguments: `BlockTables` checks every call first
 (blocktable.v2_checks), and a rejected call changes nothing.
@@ -35,7 +35,7 @@ PAD_SLOT_ID = -1
 
 @dataclass(frozen=True)
 class V2Kernels:
-    """The three device operations of §10.10 (signatures: docs/plugins-v2-draft.md)."""
+    """The three device operations of docs/contract.md §10.10 (signatures: docs/plugins.md)."""
     append: Callable
     gather: Callable
     slot_mappings: Callable

@@ -1,5 +1,5 @@
 """Torch-native versions of §10's three device operations (docs/contract.md §10.10), with
-the plug-in signatures of docs/plugins-v2-draft.md: indexing ops over every token,
+the plug-in signatures of docs/plugins.md ("vLLM's V2 block tables"): indexing ops over every token,
 entry or row at once (loops over groups only). The benchmark's baseline and a second
 implementation for the tests; like the Triton kernels they trust their arguments.
 

@@ -65,6 +65,12 @@ class WorldConfig:
     max_num_batched_tokens: int = 64  # Tmax
     prefix_caching: bool = False  # docs/contract.md §8: requests come with prompts, and share cached blocks
     kv: KVConfig | None = None  # KV caches written, copied and read by the KV kernels under test
+    # Prefix-caching worlds only. `fresh_admission`: an add or resume gives the rest of
+    # the prompt its fresh blocks in the same call as the hits (as a scheduler admits),
+    # not step by step. `vocabulary`: the token id of each symbol a program's prompts
+    # are written in (empty: the symbols are the ids, as in worlds saved before).
+    fresh_admission: bool = False
+    vocabulary: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -80,6 +86,11 @@ class WorldConfig:
             raise ValueError("a world with KV caches cannot offset its table ids (the caches hold every block)")
         if self.max_num_reqs < 1 or self.max_model_len < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("max_num_reqs, max_model_len and max_num_batched_tokens must be >= 1")
+        if (self.fresh_admission or self.vocabulary) and not self.prefix_caching:
+            raise ValueError("fresh_admission and vocabulary belong to worlds that cache prefixes")
+        if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < INT32_MAX for t in self.vocabulary) \
+                or len(set(self.vocabulary)) != len(self.vocabulary):
+            raise ValueError(f"vocabulary: distinct token ids in [0, 2**31 - 1) expected, got {list(self.vocabulary)}")
 
     def layout(self, g: GroupConfig) -> GroupLayout:
         return GroupLayout(g.kv_block_size, g.kernel_block_size, sharded=g.sharded,
@@ -89,7 +100,11 @@ class WorldConfig:
         return [self.layout(g) for g in self.groups]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for name in ("fresh_admission", "vocabulary"):  # written only when set: older files stay as they were
+            if not data[name]:
+                del data[name]
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> WorldConfig:
@@ -97,6 +112,8 @@ class WorldConfig:
         data["groups"] = tuple(GroupConfig(**g) for g in data["groups"])
         if data.get("kv") is not None:
             data["kv"] = KVConfig(**data["kv"])
+        if "vocabulary" in data:
+            data["vocabulary"] = tuple(data["vocabulary"])
         return cls(**data)
 
     def describe(self) -> str:
@@ -111,4 +128,6 @@ class WorldConfig:
                 f"{f', ids offset by {self.id_offset}' if self.id_offset else ''}; "
                 f"{self.max_num_reqs} rows, max_model_len {self.max_model_len}, Tmax {self.max_num_batched_tokens}"
                 f"{'; prefix caching' if self.prefix_caching else ''}"
+                f"{' (fresh blocks on admission)' if self.fresh_admission else ''}"
+                f"{f', token ids {list(self.vocabulary)}' if self.vocabulary else ''}"
                 f"{'; ' + self.kv.describe() if self.kv else ''}")

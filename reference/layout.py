@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,14 +71,13 @@ class GroupLayout:
 
 def row_width(max_model_len: int, kv_block_size: int, kernel_block_size: int, cp_world_size: int = 1) -> int:
     """docs/contract.md §2: width = cdiv(cdiv(max_model_len, K*W), align) * align * P,
-    with vLLM's align = 128 // K for K <= 128 (a row covers a multiple of 128 tokens
-    when K divides 128), else 1."""
+    with vLLM's align = 128 // gcd(128, K): a row covers a multiple of 128 tokens."""
     if type(max_model_len) is not int or max_model_len < 1:
         raise ValueError(f"max_model_len must be a positive int, got {max_model_len!r}")
     K, B, W = kv_block_size, kernel_block_size, cp_world_size
     if K % B != 0:
         raise ValueError(f"kv_block_size {K} is not a multiple of kernel_block_size {B}")
-    align = 128 // K if K <= 128 else 1
+    align = 128 // math.gcd(128, K)
     P = K // B
     return cdiv(cdiv(max_model_len, K * W), align) * align * P
 

@@ -77,6 +77,26 @@ def add_kv_kernels(parser: argparse.ArgumentParser) -> None:
                                  f"see docs/plugins.md)")
 
 
+def normalize_v2(kind: str, spec: str) -> str:
+    """normalize_kernel for a V2 block-table kernel of `kind` ("append", "gather", "slots")."""
+    return normalize_kernel(spec, list(plugin.builtin_v2_kernels(kind)), plugin.V2_CONTRACTS[kind].noun)
+
+
+def add_v2_kernels(parser: argparse.ArgumentParser) -> None:
+    """--v2-append, --v2-gather, --v2-slots: vLLM V2's block-table kernels under test
+    (docs/contract.md §10)."""
+    for kind, contract in plugin.V2_CONTRACTS.items():
+        parser.add_argument(f"--v2-{kind}", metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
+                            help=f"the {contract.noun} under test (default: ours, triton; or torch, or a plug-in: "
+                                 f"see docs/plugins.md)")
+
+
+def v2_specs(args: argparse.Namespace) -> dict[str, str]:
+    """The --v2-* kernels named, normalized, by kind."""
+    return {kind: normalize_v2(kind, getattr(args, f"v2_{kind}")) for kind in plugin.V2_KINDS
+            if getattr(args, f"v2_{kind}", None) is not None}
+
+
 def check_folder(path: Path, flag: str) -> None:
     """UsageError, naming `flag` and the path, unless `path` is a folder blocktable can
     write in or one it can make."""

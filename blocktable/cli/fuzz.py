@@ -20,12 +20,14 @@ from blocktable.cli.common import (
     UsageError,
     add_kernel_and_device,
     add_kv_kernels,
+    add_v2_kernels,
     check_folder,
     console,
     make_folder,
     normalize_kernel,
     normalize_kv,
     usage_error,
+    v2_specs,
 )
 from blocktable.plugin import KV_KINDS
 from blocktable.properties.report.report import render
@@ -41,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__)
     add_kernel_and_device(p)
     add_kv_kernels(p)
+    add_v2_kernels(p)
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--examples", type=int, metavar="N", help="lockstep examples to run (default: the profile's)")
     budget.add_argument("--minutes", type=float, metavar="M", help="fuzz for M minutes instead")
@@ -128,7 +131,9 @@ def _run(args: argparse.Namespace) -> int:
     kernel = normalize_kernel(args.kernel)
     kv = {kind: normalize_kv(kind, getattr(args, f"kv_{kind}")) for kind in KV_KINDS
           if getattr(args, f"kv_{kind}") is not None}
-    kv_text = "; ".join(f"kv-{kind} {spec}" for kind, spec in kv.items())
+    v2 = v2_specs(args)
+    kv_text = "; ".join([f"kv-{kind} {spec}" for kind, spec in kv.items()]
+                        + [f"v2-{kind} {spec}" for kind, spec in v2.items()])
     # What the progress line and the summary name: the kernels under test.
     shown = kv_text if args.stateless and kv else "; ".join(filter(None, [kernel, kv_text]))
     jobs = _jobs(args)
@@ -138,7 +143,7 @@ def _run(args: argparse.Namespace) -> int:
     journal = args.out / "journal.jsonl"
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
-              database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan)
+              database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan, v2=v2)
     target: Target
     if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)
         target = kv_stateless_child

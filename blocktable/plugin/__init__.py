@@ -8,6 +8,8 @@ from blocktable.plugin.contract import (
                                         KV_KEYWORDS,
                                         KV_KINDS,
                                         SLOT_MAPPING,
+                                        V2_CONTRACTS,
+                                        V2_KINDS,
                                         Contract,
                                         SlotMappingFn,
                                         check_signature,
@@ -15,16 +17,23 @@ from blocktable.plugin.contract import (
 from blocktable.plugin.load import (
                                         KVKernels,
                                         Plugins,
+                                        V2Plugins,
                                         builtin_kernels,
                                         builtin_kv_kernels,
+                                        builtin_v2_kernels,
                                         findable,
                                         load,
                                         load_kv,
                                         load_kv_kernels,
+                                        load_v2,
+                                        load_v2_kernels,
                                         resolve,
 )
 from blocktable.plugin.spec import KernelSpec, PluginError
 
-__all__ = ["KEYWORDS", "KV_CONTRACTS", "KV_KEYWORDS", "KV_KINDS", "SLOT_MAPPING", "Contract", "KVKernels",
-           "KernelSpec", "PluginError", "Plugins", "SlotMappingFn", "builtin_kernels", "builtin_kv_kernels",
-           "check_signature", "findable", "load", "load_kv", "load_kv_kernels", "resolve"]
+__all__ = [
+    "KEYWORDS", "KV_CONTRACTS", "KV_KEYWORDS", "KV_KINDS", "SLOT_MAPPING", "V2_CONTRACTS", "V2_KINDS", "Contract",
+    "KVKernels", "KernelSpec", "PluginError", "Plugins", "SlotMappingFn", "V2Plugins", "builtin_kernels",
+    "builtin_kv_kernels", "builtin_v2_kernels", "check_signature", "findable", "load", "load_kv",
+    "load_kv_kernels", "load_v2", "load_v2_kernels", "resolve",
+]

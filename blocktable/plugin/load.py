@@ -9,9 +9,22 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from blocktable.plugin.contract import KV_CONTRACTS, KV_KINDS, SLOT_MAPPING, Contract, SlotMappingFn, check_signature
+from blocktable.plugin.contract import (
+    KV_CONTRACTS,
+    KV_KINDS,
+    SLOT_MAPPING,
+    V2_CONTRACTS,
+    V2_KINDS,
+    Contract,
+    SlotMappingFn,
+    check_signature,
+)
 from blocktable.plugin.spec import KernelSpec, PluginError
+
+if TYPE_CHECKING:
+    from blocktable.v2 import V2Kernels
 
 Builtins = dict[str, Callable[[], Callable]]  # name -> a loader (imports lazily: after the backend is chosen)
 
@@ -59,6 +72,57 @@ def builtin_kv_kernels(kind: str) -> Builtins:
     return {"triton": triton, "torch": native}
 
 
+_V2_FUNCTIONS = {"append": "append", "gather": "gather", "slots": "slot_mappings"}
+
+
+def builtin_v2_kernels(kind: str) -> Builtins:
+    """Ours for one V2 kind: "triton" (blocktable.v2, kernels/v2.py) and "torch"
+    (blocktable.v2_torch, the benchmark's indexing-op baseline)."""
+    name = _V2_FUNCTIONS[kind]
+
+    def triton() -> Callable:
+        from blocktable import v2
+
+        return getattr(v2, f"{name}_triton")
+
+    def native() -> Callable:
+        from blocktable import v2_torch
+
+        return getattr(v2_torch, f"{name}_torch")
+
+    return {"triton": triton, "torch": native}
+
+
+@dataclass(frozen=True)
+class V2Plugins:
+    """The three V2 block-table kernels a run uses (docs/contract.md §10.10), each ours
+    or a plug-in; `specs` keeps how each was named, by kind."""
+
+    append: Callable
+    gather: Callable
+    slots: Callable
+    specs: dict[str, str]
+
+    def kernels(self) -> V2Kernels:
+        """As blocktable.v2.BlockTables takes them."""
+        from blocktable.v2 import V2Kernels
+
+        return V2Kernels(append=self.append, gather=self.gather, slot_mappings=self.slots)
+
+
+def load_v2_kernels(specs: dict[str, str] | None = None, ours: str = "triton") -> V2Plugins:
+    """The V2 kernels `specs` names by kind; `ours` for a kind it does not name."""
+    chosen = {kind: (specs or {}).get(kind) or ours for kind in V2_KINDS}
+    return V2Plugins(**{kind: load_v2(kind, spec) for kind, spec in chosen.items()}, specs=chosen)
+
+
+def load_v2(kind: str, spec: str) -> Callable:
+    """Resolve a V2 kernel of `kind` ("append", "gather" or "slots")."""
+    if kind not in V2_CONTRACTS:
+        raise PluginError(f"unknown V2 kernel kind {kind!r}: one of {', '.join(V2_KINDS)}")
+    return resolve(spec, builtin_v2_kernels(kind), V2_CONTRACTS[kind])
+
+
 @dataclass(frozen=True)
 class KVKernels:
     """The three KV kernels a run uses, each ours ("triton", the default) or a plug-in;
@@ -81,6 +145,7 @@ class Plugins:
     kv: KVKernels
     slot_spec: str = "triton"
     strict_nan: bool = False
+    v2: V2Plugins | None = None  # None: the V2 worlds use ours
 
 
 def load_kv_kernels(specs: dict[str, str] | None = None) -> KVKernels:

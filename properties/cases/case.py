@@ -79,6 +79,8 @@ class Case:
     kv: dict[str, str] = field(default_factory=dict)
     # Found with NaN encodings held exactly (--strict-nan): its replays hold them so too.
     strict_nan: bool = False
+    # The V2 block-table plug-ins it ran with, by kind ("append", "gather", "slots").
+    v2: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = {"format": FORMAT, "version": VERSION, "kind": self.kind, "kernel": self.kernel,
@@ -92,6 +94,8 @@ class Case:
             data["kv"] = self.kv
         if self.strict_nan:
             data["strict_nan"] = True
+        if self.v2:
+            data["v2"] = self.v2
         return data
 
     @classmethod
@@ -112,7 +116,8 @@ class Case:
                            "failure": [self.failure.get("what"), self.failure.get("message")],
                            "world": self.world.to_json() if self.world else None,
                            "program": self.program, "call": self.call, "kv": self.kv,
-                           **({"strict_nan": True} if self.strict_nan else {})}, sort_keys=True, default=str)
+                           **({"strict_nan": True} if self.strict_nan else {}),
+                           **({"v2": self.v2} if self.v2 else {})}, sort_keys=True, default=str)
         return hashlib.sha256(body.encode()).hexdigest()[:10]
 
     def path_in(self, folder: Path) -> Path:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blocktable.plugin import KV_KINDS
+from blocktable.plugin import KV_KINDS, V2_KINDS
 from blocktable.properties.kv.call import check_call
 from blocktable.properties.lockstep.schema import check_program, type_name
 from blocktable.properties.world import WorldConfig
@@ -69,8 +69,12 @@ def fields(data: Any) -> dict[str, Any]:
     strict_nan = data.get("strict_nan", False)
     if not isinstance(strict_nan, bool):
         raise CaseError(f"'strict_nan' must be true or false, not {type_name(strict_nan)}")
+    v2 = data.get("v2") or {}
+    if not (isinstance(v2, dict) and all(k in V2_KINDS and isinstance(v, str) and v.strip()
+                                         for k, v in v2.items())):
+        raise CaseError("'v2' must be an object naming a V2 plug-in for each of append, gather, slots it lists")
     case: dict[str, Any] = dict(kind=kind, kernel=kernel, failure=failure, provenance=provenance_data,
-                                confirmation=confirmation, kv=dict(kv), strict_nan=strict_nan)
+                                confirmation=confirmation, kv=dict(kv), strict_nan=strict_nan, v2=dict(v2))
     if kind == "lockstep":
         world = _world(_require(data, "world", lambda v: isinstance(v, dict), "an object (the world)"), "world")
         program = _program(_require(data, "program", lambda v: isinstance(v, list), "a list of steps"), world,
@@ -105,7 +109,7 @@ def _world(data: dict[str, Any], where: str) -> WorldConfig:
 
 def _program(steps: list[Any], world: WorldConfig, where: str) -> list[dict[str, Any]]:
     try:
-        check_program(steps, world.max_num_reqs)
+        check_program(steps, world.max_num_reqs, len(world.vocabulary))
     except ValueError as e:
         raise CaseError(f"{where} {e}") from None
     return steps

@@ -1,6 +1,6 @@
 """The comparisons after every lockstep step (docs/contract.md §3, §6, §8): every
 group's table (host rows, counts, committed device rows, whole buffers), the pool's
-ref counts and free queue in order, every sequence's blocks and lengths, in
+ref counts, free queue in order and free count, every sequence's blocks and lengths, in
 prefix-caching worlds the cache map and every sequence's tokens, and the
 invariants on the reference whenever the state they depend on changed."""
 
@@ -53,7 +53,9 @@ def check_table(g: int, reference: Any, impl: Any, device_rows: np.ndarray | Non
 
 
 def check_pool(reference: Any, impl: Any, note: str | None = None) -> None:
-    """Ref counts and the free queue, in order. `note`: where the caller was."""
+    """Ref counts, the free queue in order, and the free count (which a pool may keep
+    apart from its queue, and which decides every later allocation). `note`: where
+    the caller was."""
     try:
         assert_arrays_equal("pool ref counts", np.asarray(reference.ref, dtype=np.int32), impl.ref)
         ref_queue, impl_queue = reference.free_queue(), impl.free_queue()
@@ -63,6 +65,9 @@ def check_pool(reference: Any, impl: Any, note: str | None = None) -> None:
             raise Discrepancy("pool free queue", f"differs from position {first}: expected "
                               f"{ref_queue[first:first + 8]}, got {impl_queue[first:first + 8]} "
                               f"(lengths {len(ref_queue)} and {len(impl_queue)})")
+        if reference.num_free != impl.num_free:
+            raise Discrepancy("pool free count", f"expected {reference.num_free} free blocks, the pool counts "
+                                                 f"{impl.num_free} (its queue holds {len(impl_queue)})")
     except Discrepancy as error:
         if note:
             error.notes.append(note)

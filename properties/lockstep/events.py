@@ -30,6 +30,12 @@ HIT_CAPPED_BY_LENGTH = "prefix hit limited by len - 1"
 HIT_CAPPED_BY_GROUP = "prefix hit limited by another group"
 RESET_REFUSED = "prefix cache reset refused"
 RESET_DONE = "prefix cache reset"
+# Admission with fresh blocks beyond the hits, in one call (worlds with fresh_admission).
+FRESH_HIT_IN_USE = "fresh admission: a hit on a block in use"
+FRESH_HIT_QUEUED = "fresh admission: a hit on a queued block"
+FRESH_EVICTS = "fresh admission evicts another key's block"
+FRESH_FITS_BY_IN_USE = "fresh admission fits only because hits are in use"
+FRESH_HITS_ONLY = "fresh admission deferred: hits only (too few free blocks)"
 # The KV path (docs/contract.md §9), in worlds with KV caches.
 KV_COPY = "KV blocks copied on write"
 KV_FP8 = "KV written as fp8"
@@ -45,4 +51,5 @@ LABELS: tuple[str, ...] = (
     FORK_DEPTH_2, COPY_ON_WRITE, REF_3, ROW_REUSED_SHORTER, SELF_MOVE, SELF_SWAP, TILE_CROSSING, NON_LOCAL_DCP,
     POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW,
     *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
-    HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, KV_COPY, KV_FP8, KV_GATHER)
+    HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, FRESH_HIT_IN_USE, FRESH_HIT_QUEUED,
+    FRESH_EVICTS, FRESH_FITS_BY_IN_USE, FRESH_HITS_ONLY, KV_COPY, KV_FP8, KV_GATHER)

@@ -7,6 +7,12 @@ can be hit too. The value the data oracle writes for position p is a rolling has
 tokens[0:p+1]: it depends on the prefix alone, so a request that hits another's
 blocks reads back exactly the values it would have written, and a hit on the wrong
 block shows as a wrong value (§8's data level).
+
+Programs write prompts in symbols of a small vocabulary (`VOCAB`), so that prompts
+drawn apart still share blocks; each world maps the symbols to token ids spread over
+[0, 2**31 - 1) (`WorldConfig.vocabulary`, drawn by lockstep/strategies.py), and both
+sides see only the ids, so every bit of an id matters to a block's key. Everything
+here keeps symbols; `ids` is the one crossing.
 """
 
 from __future__ import annotations
@@ -26,9 +32,13 @@ _SEED = 0x9E3779B97F4A7C15 % _MODULUS
 
 
 class Prompts:
-    """Every request's tokens and prefix hashes, kept by the harness (neither side)."""
+    """Every request's tokens (as symbols) and prefix hashes, kept by the harness
+    (neither side). `vocabulary`: each symbol's token id; empty: a symbol is its id."""
 
-    def __init__(self) -> None:
+    def __init__(self, vocabulary: Sequence[int] = ()) -> None:
+        if vocabulary and len(vocabulary) < VOCAB:
+            raise ValueError(f"a vocabulary maps {VOCAB} symbols, got {len(vocabulary)} ids")
+        self.vocabulary = tuple(vocabulary)
         self.tokens: dict[int, list[int]] = {}
         self._hashes: dict[int, list[int]] = {}
         self.seen: list[list[int]] = []  # every request's tokens, finished ones too: sources of new prompts
@@ -54,6 +64,14 @@ class Prompts:
         before = hashes[-1] if hashes else _SEED
         self.tokens[rid].append(token)
         hashes.append((before * _MULTIPLIER + token + 1) % _MODULUS)
+
+    def ids(self, symbols: Sequence[int]) -> list[int]:
+        """The token ids the sides see for these symbols."""
+        if not self.vocabulary:
+            return list(symbols)
+        if any(not 0 <= s < len(self.vocabulary) for s in symbols):
+            raise ValueError(f"a prompt's symbols lie in 0 .. {len(self.vocabulary) - 1}, got {list(symbols)}")
+        return [self.vocabulary[s] for s in symbols]
 
     def upto(self, rid: int, n: int) -> list[int]:
         """The request's first n tokens, generating as many as it lacks."""

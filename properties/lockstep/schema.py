@@ -68,10 +68,11 @@ OPS: dict[str, Op] = {op.name: op for op in (
 )}
 
 
-def check_program(steps: list[Any], max_num_reqs: int) -> None:
+def check_program(steps: list[Any], max_num_reqs: int, vocabulary: int = 0) -> None:
     """Every step of a program against the table: ValueError naming the step (from 1)
-    and the problem. Request ids must name a request an earlier step made, and row
-    indices a row of the world."""
+    and the problem. Request ids must name a request an earlier step made, row
+    indices a row of the world, and in a world with a vocabulary of that many symbols
+    (WorldConfig.vocabulary) a prompt's symbols one of them."""
     created = 0  # requests the steps so far can have made: an id at or past it names none
     for i, step in enumerate(steps):
         at = f"step {i + 1}: "
@@ -102,6 +103,9 @@ def check_program(steps: list[Any], max_num_reqs: int) -> None:
                 raise ValueError(f"{at}{op.name} {arg.name}={value}: the world has rows 0 to {max_num_reqs - 1}")
             if arg.names == "request" and value >= created:
                 raise ValueError(f"{at}{op.name} {arg.name}={value}: no step before it made request {value}")
+        prompt = step.get("prompt") if op.name == "add" else None
+        if vocabulary and prompt is not None and any(symbol >= vocabulary for symbol in prompt):
+            raise ValueError(f"{at}add prompt={prompt!r}: the world's vocabulary has symbols 0 to {vocabulary - 1}")
         if op.name == "reject" and step["kind"] not in REJECTION_KINDS:
             raise ValueError(f"{at}unknown rejection kind {step['kind']!r}")
         created += op.creates_request

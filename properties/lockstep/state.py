@@ -81,7 +81,7 @@ class State:
             [ReferenceSequences(ref_pool, lay.tokens_per_block, group=g) for g, lay in enumerate(self.layouts)],
             ReferenceGroups(world.max_num_reqs, world.max_model_len, self.layouts))
         self.history = History()
-        self.prompts = Prompts() if caching else None  # token ids, in prefix-caching worlds only
+        self.prompts = Prompts(world.vocabulary) if caching else None  # token ids, in prefix-caching worlds only
         pool = BlockPool(world.num_blocks, world.null_block, prefix_caching=caching)
         self.impl: Side[BlockPool, SequenceBlocks, MultiGroupBlockTable] = Side(
             pool, [SequenceBlocks(pool, lay.tokens_per_block, group=g) for g, lay in enumerate(self.layouts)],

@@ -95,7 +95,7 @@ def grow(state: State, rid: int, row: int, q: int) -> int:
     if sum(a for a, _ in need) > reference.pool.num_free:
         state.event(events.POOL_EXHAUSTED)
         return 0
-    tokens = state.prompts.upto(rid, have + q)[have:] if state.prompts is not None else None
+    tokens = state.prompts.ids(state.prompts.upto(rid, have + q)[have:]) if state.prompts is not None else None
     if tokens is not None and any(reference.pool.is_cached(b)
                                   for b in reference.pool.queue[:sum(a for a, _ in need)]):
         state.event(events.EVICTED)  # the blocks this growth takes come from the queue's head

@@ -15,6 +15,7 @@ import os
 
 from hypothesis import strategies as st
 
+from blocktable.properties.lockstep.prompts import VOCAB
 from blocktable.properties.slot.draw import divisors
 from blocktable.properties.world import GroupConfig, KVConfig, WorldConfig
 from blocktable.reference import GroupLayout
@@ -27,7 +28,7 @@ _B = st.sampled_from([1, 2, 4, 8, 16])
 _B_SMALL = st.sampled_from([1, 2])  # prefix-caching worlds: blocks fill, and are hit, within short prompts
 _K_OVER_B_SMALL = st.sampled_from([1, 2, 3, 3, 4])  # block sizes that do not divide each other, often
 _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
-_PREFIX_CACHING = st.integers(0, 2)  # 0: a prefix-caching world
+_PREFIX_CACHING = st.booleans()  # True: a prefix-caching world
 PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"  # "0": none (the same draws, prefix caching off)
 PREFIX_MAX_MODEL_LEN = 512
 _KV = st.integers(0, 3)  # 0-2: a world with KV caches
@@ -64,7 +65,7 @@ def _id_offsets(top: int) -> st.SearchStrategy[int]:
 
 def row_tokens(group: GroupConfig, cp_world_size: int) -> int:
     """The tokens a row of `group` covers at its shortest: docs/contract.md §2 rounds a
-    row up to a multiple of 128 // K blocks (128 tokens when K divides 128), times W
+    row up to a multiple of 128 // gcd(128, K) blocks (a multiple of 128 tokens), times W
     when the group is sharded. A max_model_len of exactly that lets a request fill its row to
     the last entry, which no other max_model_len reaches for every K and W."""
     layout = GroupLayout(group.kv_block_size, group.kernel_block_size, group.sharded, cp_world_size)
@@ -99,21 +100,27 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     one row (so that rows fill to their width), with or without the null block, table
     ids offset to the top of int32 (a large pool id offset), and a pool from nearly
     full (a couple of blocks) to roomy (every row at full length)."""
-    W = draw(_world_sizes(max_world))
-    # One world in three (but not the long-prefill and full-rows ones, below) caches
-    # prefixes, with small blocks, short rows and small pools: the reference keys every
-    # block by its whole prefix (a lookup costs the square of the prompt's length), and
-    # hits and evictions come from prompts that share blocks in a pool that cycles.
-    prefix_caching = draw(_PREFIX_CACHING) == 0 and os.environ.get(PREFIX_WORLDS_VARIABLE, "1") != "0"
-    groups = tuple(draw(_group_lists(W, max_groups, prefix_caching)))
-    max_num_reqs = draw(_MAX_NUM_REQS)
     # One world in six is made for long prefills: rows and a token budget past the
     # interpreter's 1024-token tile and a roomy pool, so that a chunk crosses a tile.
     # One in six is made for full rows: max_model_len exactly the first group's
     # shortest row, a roomy pool and a budget for a whole row in one or two steps, so
     # that a row fills to its last entry (an off-by-one at the width shows only there).
+    # Their steps schedule a thousand tokens or more, and every step launches the
+    # kernel once per group and rank: they keep to two ranks and two groups, so that
+    # no example costs seconds under the interpreter (Hypothesis dwells near the
+    # examples it has, so one costly world would slow a whole run).
     flavor = draw(_FLAVOR)
     long_prefill, full_rows = flavor == 4, flavor == 5
+    if long_prefill or full_rows:
+        max_world, max_groups = min(max_world, 2), min(max_groups, 2)
+    W = draw(_world_sizes(max_world))
+    # One world in two (but not the long-prefill and full-rows ones, below) caches
+    # prefixes, with small blocks, short rows and small pools: the reference keys every
+    # block by its whole prefix (a lookup costs the square of the prompt's length), and
+    # hits and evictions come from prompts that share blocks in a pool that cycles.
+    prefix_caching = draw(_PREFIX_CACHING) and os.environ.get(PREFIX_WORLDS_VARIABLE, "1") != "0"
+    groups = tuple(draw(_group_lists(W, max_groups, prefix_caching)))
+    max_num_reqs = draw(_MAX_NUM_REQS)
     prefix_caching = prefix_caching and not (long_prefill or full_rows)
     if full_rows:
         max_model_len = row_tokens(groups[0], W)
@@ -146,10 +153,51 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
             kv = dataclasses.replace(kv, num_heads=1, head_size=1, pad=0)
     else:
         kv = None
+    # Prefix-caching worlds draw last, so that the other worlds a seed gives stay as
+    # they were: half of them admit with fresh blocks, and every one spreads its
+    # prompts' symbols over token ids.
+    fresh_admission = draw(st.booleans()) if prefix_caching else False
+    vocabulary = draw(vocabularies()) if prefix_caching else ()
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
         max_num_reqs=max_num_reqs, max_model_len=max_model_len, max_num_batched_tokens=batch,
-        prefix_caching=prefix_caching, kv=kv)
+        prefix_caching=prefix_caching, kv=kv, fresh_admission=fresh_admission, vocabulary=vocabulary)
+
+
+TOKEN_ID_TOP = INT32_MAX - 1  # token ids lie in [0, 2**31 - 1)
+_TOKEN_BASE = st.one_of(st.integers(0, TOKEN_ID_TOP), st.sampled_from([0, TOKEN_ID_TOP]))
+_TOKEN_BIT = st.integers(0, 30)
+# The last digit's bit is one of the high 15: two symbols then differ only above bit
+# 15 in every world, where keys that keep the low half of an id (an int16 hash, a
+# 16-bit mask) merge them.
+_TOKEN_HIGH_BIT = st.integers(16, 30)
+
+
+@st.composite
+def vocabularies(draw: st.DrawFn) -> tuple[int, ...]:
+    """Token ids for the prompts' VOCAB symbols: a base id, and one bit position per
+    binary digit of a symbol, where the symbols' ids differ (the last one above bit
+    15). Hits stay as frequent as with the symbols themselves, and a key that loses
+    any bit of an id merges two symbols in the worlds whose positions it loses: every
+    bit of an id matters in some world, the high half in every one."""
+    base = draw(_TOKEN_BASE)
+    positions: list[int] = []
+    for digit in range(max(1, (VOCAB - 1).bit_length())):
+        bit = draw(_TOKEN_BIT if digit == 0 else _TOKEN_HIGH_BIT)
+        while bit in positions:  # distinct positions: the next free one up, in the digit's range
+            bit = bit + 1 if bit < 30 else (16 if digit else 0)
+        positions.append(bit)
+    return spread(base, positions)
+
+
+def spread(base: int, positions: list[int]) -> tuple[int, ...]:
+    """Symbol s's id: `base` with bit positions[k] flipped where s's binary digit k is 1.
+    Should one id be 2**31 - 1, every id flips a bit that no symbol uses as well."""
+    ids = [base ^ sum(((s >> k) & 1) << p for k, p in enumerate(positions)) for s in range(VOCAB)]
+    if INT32_MAX in ids:
+        spare = next(b for b in range(31) if b not in positions)
+        ids = [t ^ (1 << spare) for t in ids]
+    return tuple(ids)
 
 
 _SCALES = st.sampled_from([1.0, 1.0, 0.5, 0.37, 2.5, 0.0173, 96.0])

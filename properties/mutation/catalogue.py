@@ -259,6 +259,28 @@ CATALOGUE: tuple[Mutant, ...] = (
            "            self._push(released.tolist())\n            for b in released.tolist():\n                if sel"
            "f._hash_of[b] is not None:\n                    self._evict(b)\n            return\n",
            "free that drops the keys: a finished request's prefix is never hit again"),
+    Mutant("X11", "prefix", PREFIX,
+           "    for seqs in groups:\n        seqs.add(seq, L, array[:L], computed=L)\n",
+           "    fresh = sum(-(-slots // s.tokens_per_block) - L // s.tokens_per_block for s in groups)\n"
+           "    for b in pool.free_queue()[:fresh]:\n        if pool.is_cached(b):\n            pool._evict(b)\n"
+           "    for seqs in groups:\n        seqs.add(seq, L, array[:L], computed=L)\n",
+           "an admission's fresh blocks taken from the queue before its hits are touched: it evicts its own "
+           "hits (vLLM #42948)"),
+    Mutant("X12", "prefix", PREFIX,
+           "                need += int(pool.ref[pool.first_cached(h)] == 0)\n",
+           "                need += 1\n",
+           "hits in use counted as blocks to take from the free queue: an admission that fits is refused "
+           "(vLLM #11310)"),
+    Mutant("X13", "prefix", KEYS,
+           "return hashlib.blake2b(parent + salt + block, digest_size=16).digest()",
+           "return hashlib.blake2b(parent + salt + (np.frombuffer(block, dtype=np.int64) & 0xFFFF).tobytes(), "
+           "digest_size=16).digest()",
+           "a block's key built from the low 16 bits of each token id: ids that differ above them collide"),
+    Mutant("X14", "prefix", POOL,
+           "        self._next[before], self._prev[after] = after, before\n        self._size -= 1\n",
+           "        self._next[before], self._prev[after] = after, before\n",
+           "a hit revived from the free queue leaves it without the free count going down: later "
+           "allocations count a block that is not there"),
     # -- the KV path's kernels (docs/contract.md §9), in the lockstep's KV worlds -----------
     Mutant("V01", "kv kernels", KV_WRAPPERS,
            "        n, num_slots, sizes.block_size, H,",

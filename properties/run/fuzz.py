@@ -164,7 +164,7 @@ def fuzz_child(job: Job, send: Send) -> None:
             world = last.world if last is not None else recorder.world
             program = list(last.program) if last is not None else []
             case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov, kv=dict(job.kv),
-                        strict_nan=job.strict_nan,
+                        v2=dict(job.v2), strict_nan=job.strict_nan,
                         whole_run=totals.whole_run_json(len(SPEC_EXAMPLES)))
             journal.close()
             outcome = replay_lockstep(case, kernels, backend)

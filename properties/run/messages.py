@@ -46,6 +46,9 @@ class Job:
     # by kind ("write", "copy", "gather"), as Case.kv holds them; a kind not named: ours.
     kv: dict[str, str] = field(default_factory=dict)
     strict_nan: bool = False  # KV outputs' NaN encodings held exactly (docs/contract.md §9)
+    # The V2 block-table kernels (docs/contract.md §10) under test, by kind ("append",
+    # "gather", "slots"), as Case.v2 holds them; a kind not named: ours.
+    v2: dict[str, str] = field(default_factory=dict)
 
     def journal_path(self) -> Path:
         """The crash journal, which the children that fuzz or shrink must be given."""

@@ -19,6 +19,7 @@ from blocktable.properties.slot.truth import harness_kernels
 # the interpreter, where each launch costs milliseconds and a KV world makes three a
 # group a step (the KV mutants set "triton").
 KV_KERNELS_VARIABLE = "BLOCKTABLE_KV_KERNELS"
+V2_KERNELS_VARIABLE = "BLOCKTABLE_V2_KERNELS"  # ours in the V2 worlds: "triton" or "torch"
 
 
 def prepare_backend(job: Job, send: Send) -> device.Backend | None:
@@ -37,14 +38,18 @@ def prepare_backend(job: Job, send: Send) -> device.Backend | None:
 
 
 def plugins_for(slot: str | SlotMappingFn, kv: dict[str, str], backend: device.Backend,
-                strict_nan: bool = False) -> Plugins:
-    """The slot-mapping kernel `slot` names (or `slot` itself, a function) and the KV
-    kernels `kv` names, ours for the rest."""
-    ours = os.environ.get(KV_KERNELS_VARIABLE, "torch" if backend.interpreted else "triton")
+                strict_nan: bool = False, v2: dict[str, str] | None = None) -> Plugins:
+    """The slot-mapping kernel `slot` names (or `slot` itself, a function), the KV
+    kernels `kv` names and the V2 block-table kernels `v2` names, ours for the rest
+    (under the interpreter, our torch-native versions unless the environment says
+    otherwise: the interpreted Triton ones cost seconds a step)."""
+    interpreted = "torch" if backend.interpreted else "triton"
+    ours = os.environ.get(KV_KERNELS_VARIABLE, interpreted)
     kernels = plugin.load_kv_kernels({kind: kv.get(kind) or ours for kind in plugin.KV_KINDS})
+    v2_kernels = plugin.load_v2_kernels(v2, os.environ.get(V2_KERNELS_VARIABLE, interpreted))
     if isinstance(slot, str):
-        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot, strict_nan)
-    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"), strict_nan)
+        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot, strict_nan, v2_kernels)
+    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"), strict_nan, v2_kernels)
 
 
 def config_error(send: Send, error: plugin.PluginError) -> None:
@@ -60,7 +65,7 @@ def prepare(job: Job, send: Send) -> tuple[device.Backend, Plugins] | None:
     if backend is None:
         return None
     try:
-        return backend, plugins_for(job.kernel, job.kv, backend, job.strict_nan)
+        return backend, plugins_for(job.kernel, job.kv, backend, job.strict_nan, job.v2)
     except plugin.PluginError as e:
         config_error(send, e)
         return None

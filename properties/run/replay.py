@@ -98,7 +98,7 @@ def replay_child(job: Job, send: Send) -> None:
     kind = kv_kind_of(job)
     try:
         kv_kernel = plugin.load_kv(kind, job.kernel) if kind else None
-        kernels = None if kind else plugins_for(job.kernel, job.kv, backend)
+        kernels = None if kind else plugins_for(job.kernel, job.kv, backend, v2=job.v2)
     except plugin.PluginError as e:
         config_error(send, e)
         return
@@ -113,9 +113,10 @@ def replay_child(job: Job, send: Send) -> None:
         send(Result("config-error", message=str(e)))
         return
     case.kernel = job.kernel
-    if kernels is not None and case.kv and not job.kv:  # the plug-ins the case ran with, unless the replay names others
+    # The plug-ins the case ran with, for each family the replay names none of.
+    if kernels is not None and ((case.kv and not job.kv) or (case.v2 and not job.v2)):
         try:
-            kernels = plugins_for(job.kernel, case.kv, backend)
+            kernels = plugins_for(job.kernel, job.kv or case.kv, backend, v2=job.v2 or case.v2)
         except plugin.PluginError as e:
             send(Result("config-error", message=str(e)))
             return

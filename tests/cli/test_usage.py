@@ -63,6 +63,8 @@ FILES = {
     "raises_on_import.py": "import numpy\n\nX = undefined_name + 1\n",
     "syntax_error.py": "def slot_mapping(a, b, c, d, **kw)\n    pass\n",
     "kernel.py": "CONSTANT = 3\n\n\ndef slot_mapping(a, b, c, d, **kw):\n    pass\n",
+    "kv_write.py": "def write(key, value, key_cache, value_cache, slot_mapping, *, layout, kv_cache_dtype, k_scale,\n"
+                   "          v_scale):\n    pass\n",
 }
 
 # (arguments, what the message must say): the offending value is in it.
@@ -94,6 +96,17 @@ USAGES = [
      "NameError: name 'undefined_name' is not defined (at "),
     (["fuzz", "--kv-write", "raises_on_import.py:write"], "NameError: name 'undefined_name' is not defined (at "),
     (["bench", "--kv-copy", "missing.py:fn"], "kv-copy kernel file missing.py does not exist"),
+    # a plug-in of another kind: a call of this kind would leave some of its arguments unfilled
+    (["fuzz", "--stateless", "--kv-copy", "kv_write.py:write"],
+     "kv_write.py:write does not follow the plug-in contract of a kv-copy kernel: it needs 5 positional "
+     "arguments, the contract passes 3 (key_caches, value_caches, block_mapping); value_cache, slot_mapping "
+     "would have no value"),
+    # fuzz: the V2 block-table kernels
+    (["fuzz", "--v2-append", "nope"], "unknown v2-append kernel 'nope': use one of triton, torch, MODULE:FUNCTION"),
+    (["fuzz", "--v2-slots", "missing.py:fn"], "v2-slots kernel file missing.py does not exist"),
+    (["fuzz", "--v2-gather", "kv_write.py:write"],
+     "kv_write.py:write does not follow the plug-in contract of a v2-gather kernel: keyword argument(s) layout, "
+     "kv_cache_dtype, k_scale, v_scale have no default"),
     # fuzz: the budget and the rest
     (["fuzz", "--examples", "0"], "--examples must be >= 1, got 0"),
     (["fuzz", "--examples", "-3"], "--examples must be >= 1, got -3"),

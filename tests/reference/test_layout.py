@@ -13,9 +13,9 @@ def test_map_to_kernel_blocks_spec_example():
 
 
 @pytest.mark.parametrize("K, align", [
-    # docs/contract.md §2's examples of vLLM's rule: align = 128 // K for K <= 128, else 1.
-    (16, 8), (48, 2), (96, 1), (256, 1),
-    (1, 128), (12, 10), (64, 2), (128, 1),
+    # docs/contract.md §2's examples of vLLM's rule (#50302): align = 128 // gcd(128, K).
+    (16, 8), (48, 8), (96, 4), (256, 1),
+    (1, 128), (12, 32), (64, 2), (128, 1), (3, 128), (200, 16), (384, 1), (1000, 16),
 ])
 def test_row_width_aligns_the_block_count_by_vllms_rule(K, align):
     # One token needs one block, rounded up to `align` blocks (P = 1, W = 1).
@@ -25,12 +25,12 @@ def test_row_width_aligns_the_block_count_by_vllms_rule(K, align):
 
 
 @pytest.mark.parametrize("max_model_len, K, B, W, expected", [
-    # K=96: align = 1 (96 does not divide 128). 1000 tokens: cdiv(1000, 96) = 11 blocks.
-    (1000, 96, 96, 1, 11),
-    # K=96, B=32 (P=3): 11 allocation blocks -> 33 kernel blocks.
-    (1000, 96, 32, 1, 33),
-    # K=48: align = 128 // 48 = 2. cdiv(1000, 48) = 21 -> 22.
-    (1000, 48, 48, 1, 22),
+    # K=96: align = 128 // gcd(128, 96) = 4. 1000 tokens: cdiv(1000, 96) = 11 -> 12 blocks.
+    (1000, 96, 96, 1, 12),
+    # K=96, B=32 (P=3): 12 allocation blocks -> 36 kernel blocks.
+    (1000, 96, 32, 1, 36),
+    # K=48: align 8. cdiv(1000, 48) = 21 -> 24 (0.1.0's 128 // K rule gave 22).
+    (1000, 48, 48, 1, 24),
     # K=16: align 8. 1030 tokens: cdiv(1030, 16) = 65 -> 72.
     (1030, 16, 16, 1, 72),
     # K=16, W=4: cdiv(1030, 64) = 17 -> 24.
@@ -46,8 +46,7 @@ def test_row_width_by_hand(max_model_len, K, B, W, expected):
     width = row_width(max_model_len, K, B, W)
     assert width == expected
     assert width // (K // B) * K * W >= max_model_len  # the row holds every token
-    if 128 % K == 0:  # where K divides 128, a row covers a multiple of 128 tokens
-        assert (width // (K // B) * K) % 128 == 0
+    assert (width // (K // B) * K) % 128 == 0  # whatever K, a row covers a multiple of 128 tokens
 
 
 def test_replicated_group_uses_world_one():

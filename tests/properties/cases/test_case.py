@@ -47,3 +47,22 @@ def test_a_whole_run_with_an_unknown_step_is_refused(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(CaseError, match="whole_run program 1 step 2: unknown operation 'teleport'"):
         load(path)
+
+
+def test_a_prefix_worlds_fields_are_written_only_when_set_and_checked(tmp_path):
+    from blocktable.properties.world import WorldConfig
+
+    plain = WorldConfig(prefix_caching=True)
+    assert "vocabulary" not in plain.to_json() and "fresh_admission" not in plain.to_json()  # as files were
+    world = WorldConfig(prefix_caching=True, fresh_admission=True, vocabulary=(7, 8, 2**31 - 2, 0))
+    assert WorldConfig.from_json(json.loads(json.dumps(world.to_json()))) == world
+    for bad, said in [(dict(vocabulary=(1, 1, 2, 3)), "distinct token ids"),
+                      (dict(vocabulary=(1, 2, 3, 2**31 - 1)), r"\[0, 2\*\*31 - 1\)"),
+                      (dict(prefix_caching=False, fresh_admission=True), "belong to worlds that cache prefixes")]:
+        with pytest.raises(ValueError, match=said):
+            WorldConfig(**{"prefix_caching": True, **bad})
+    case = Case("lockstep", "reference", {"what": "w", "message": "m", "step": 0}, world=world,
+                program=[{"op": "add", "prompt": [0, 3, 4]}])
+    with pytest.raises(CaseError, match=r"program step 1: add prompt=\[0, 3, 4\]: the world's vocabulary has "
+                                        r"symbols 0 to 3"):
+        load(case.save(tmp_path))

@@ -10,8 +10,8 @@ from blocktable.properties.world import GroupConfig, WorldConfig
     (16, 16, 1, True, 128),  # 8 blocks of 16: docs/contract.md §2's 128-token alignment
     (16, 4, 2, True, 256),  # sharded: each block id covers K * W tokens
     (16, 16, 8, False, 128),  # replicated: W is 1 in every formula
-    (12, 4, 2, True, 240),  # align = 128 // 12 = 10 blocks of 12 tokens, times W
-    (3, 1, 8, True, 1008),  # align = 128 // 3 = 42 blocks of 3 tokens, times W
+    (12, 4, 2, True, 768),  # align = 128 // gcd(128, 12) = 32 blocks of 12 tokens (384), times W
+    (3, 1, 8, True, 3072),  # align = 128 blocks of 3 tokens (384), times W
     (64, 16, 4, True, 512),  # align 2
 ])
 def test_row_tokens_by_hand(K, B, W, sharded, tokens):
@@ -31,3 +31,34 @@ def test_a_request_of_row_tokens_fills_its_row_to_the_last_entry(W):
                 blocks = -(-tokens // layout.tokens_per_block)  # what a request of that length holds
                 assert blocks * layout.kernel_blocks_per_block == width, (K, B, W, sharded)
                 assert layout.row_width(tokens + 1) > width  # one token more needs a longer row
+
+
+def test_vocabularies_spread_the_symbols_over_31_bit_ids():
+    """Distinct ids in [0, 2**31 - 1), differing from one another only in the drawn bit
+    positions; over many worlds every position is drawn, the high ones included."""
+    from hypothesis import given, settings
+
+    from blocktable.properties.lockstep.prompts import VOCAB
+    from blocktable.properties.lockstep.strategies import vocabularies
+
+    differing: set[int] = set()
+
+    @settings(max_examples=300, database=None, derandomize=True)
+    @given(vocabularies())
+    def check(ids: tuple[int, ...]) -> None:
+        assert len(ids) == VOCAB == len(set(ids)) and all(0 <= t < 2**31 - 1 for t in ids)
+        mask = ids[0] ^ ids[1] | ids[0] ^ ids[2] | ids[0] ^ ids[3]
+        assert bin(mask).count("1") == 2  # two binary digits of a symbol, one bit each
+        assert ids[0] ^ ids[2] >= 1 << 16  # the second digit's bit is a high one
+        differing.update(b for b in range(31) if mask >> b & 1)
+
+    check()
+    assert differing == set(range(31))
+
+
+def test_no_id_is_2_to_the_31_minus_1():
+    from blocktable.properties.lockstep.strategies import spread
+
+    assert spread(0, [3, 20]) == (0, 8, 1 << 20, 1 << 20 | 8)
+    top = 2**31 - 2  # 0x7ffffffe: flipping bit 0 would give 2**31 - 1, so bit 2 (unused) flips in every id
+    assert spread(top, [0, 1]) == (top ^ 4, top ^ 5, top ^ 6, top ^ 7)
