@@ -16,6 +16,7 @@ from rich.text import Text
 
 from blocktable import plugin
 from blocktable.device import CHOICES
+from blocktable.properties.cases.credentials import masked
 from blocktable.properties.run.parent import Display, Update
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -31,8 +32,9 @@ class UsageError(Exception):
 
 
 def usage_error(command: str, message: str) -> int:
-    """Print a usage or configuration error on one line of stderr; the exit code."""
-    errors.print(Text.assemble((f"blocktable {command}: ", "red"), message), soft_wrap=True)
+    """Print a usage or configuration error on one line of stderr; the exit code.
+    A URL's credentials never show, whichever check wrote the message."""
+    errors.print(Text.assemble((f"blocktable {command}: ", "red"), masked(message)), soft_wrap=True)
     return EXIT_USAGE
 
 

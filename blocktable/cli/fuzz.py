@@ -68,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "less one on a GPU host)")
     p.add_argument("--database", metavar="PATH|redis://HOST:PORT/N",
                    help="the Hypothesis example database every process reads first and saves failures to "
-                        "(default: a folder under --out); see docs/fleet.md")
+                        "(default: a folder under --out); a Redis password in the URL or in REDIS_PASSWORD, "
+                        "never shown; see docs/fleet.md")
     p.add_argument("--database-readonly", action="store_true",
                    help="read --database without writing to it (pull-request runs); findings stay under --out")
     p.set_defaults(run=run)

@@ -34,6 +34,7 @@ from typing import Any
 
 from blocktable.plugin import KernelSpec, PluginError
 from blocktable.properties.cases.confirmation import Confirmation
+from blocktable.properties.cases.credentials import masked
 from blocktable.properties.cases.schema import FORMAT, VERSION, CaseError, fields
 from blocktable.properties.world import WorldConfig
 
@@ -55,7 +56,7 @@ def provenance(device: str, **extra: Any) -> dict[str, Any]:
             "triton": triton_version, "hypothesis": hypothesis.__version__, "blocktable": blocktable.__version__,
             "device": device, "platform": platform.platform(),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(sys.argv), **extra}
+            "command": masked(" ".join(sys.argv)), **extra}
 
 
 @dataclass

@@ -15,12 +15,16 @@ program that fails one kernel is not one another kernel must pass, and Hypothesi
 deletes an entry that no longer fails where it is replayed, so an interpreter run
 must not clear a failure that only the compiled kernel shows.
 
+The password may be in the URL or, where the URL has none, in the environment
+(`REDIS_PASSWORD`); either way no message shows it (cases/credentials.py).
+
 Case files stay the durable record: database entries are Hypothesis's choice
 sequences, readable only by the version of the harness that wrote them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,11 +32,13 @@ from urllib.parse import urlsplit
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase, ReadOnlyDatabase
 
 from blocktable.plugin import KernelSpec, PluginError
+from blocktable.properties.cases.credentials import masked
 
 DEFAULT_FOLDER = "hypothesis-db"  # under --out
 REDIS_SCHEMES = ("redis", "rediss")
 REDIS_PREFIX = "blocktable"
 CONNECT_TIMEOUT_S = 5.0
+PASSWORD_VARIABLE = "REDIS_PASSWORD"  # the password, where the URL has none
 
 
 def is_redis(spec: str) -> bool:
@@ -47,22 +53,28 @@ def check(spec: str) -> str:
     if "://" not in spec:
         return spec
     parts = urlsplit(spec)
+    shown = masked(spec)  # what messages show: never the password
     if parts.scheme not in REDIS_SCHEMES:
-        raise ValueError(f"--database {spec}: unsupported scheme {parts.scheme!r} (a folder, or redis://HOST:PORT/N)")
+        raise ValueError(f"--database {shown}: unsupported scheme {parts.scheme!r} (a folder, or redis://HOST:PORT/N)")
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"--database {spec}: the port must be a number from 1 to 65535") from None
+        raise ValueError(f"--database {shown}: the port must be a number from 1 to 65535") from None
     if port == 0:
-        raise ValueError(f"--database {spec}: the port must be a number from 1 to 65535")
+        raise ValueError(f"--database {shown}: the port must be a number from 1 to 65535")
     if not parts.hostname:
-        raise ValueError(f"--database {spec}: no host (redis://HOST:PORT/N)")
+        raise ValueError(f"--database {shown}: no host (redis://HOST:PORT/N)")
     if parts.path not in ("", "/") and not re.fullmatch(r"/\d+", parts.path):
-        raise ValueError(f"--database {spec}: the database number after the port must be a whole number "
+        raise ValueError(f"--database {shown}: the database number after the port must be a whole number "
                          f"(redis://HOST:PORT/N), got {parts.path[1:]!r}")
     if parts.query or parts.fragment:
-        raise ValueError(f"--database {spec}: unexpected ?query or #fragment")
+        raise ValueError(f"--database {shown}: unexpected ?query or #fragment")
     return spec
+
+
+def password(spec: str) -> str | None:
+    """The password the client sends: the URL's, else the environment's."""
+    return urlsplit(spec).password or os.environ.get(PASSWORD_VARIABLE) or None
 
 
 def redis_client(spec: str):  # -> redis.Redis
@@ -70,9 +82,10 @@ def redis_client(spec: str):  # -> redis.Redis
     try:
         import redis
     except ImportError:
-        raise ValueError(f"--database {spec}: the redis client is not installed "
+        raise ValueError(f"--database {masked(spec)}: the redis client is not installed "
                          f"(pip install 'blocktable[fleet]')") from None
-    return redis.Redis.from_url(spec, socket_connect_timeout=CONNECT_TIMEOUT_S)
+    # The URL's password, where it has one, overrides this keyword.
+    return redis.Redis.from_url(spec, socket_connect_timeout=CONNECT_TIMEOUT_S, password=password(spec))
 
 
 def check_reachable(spec: str) -> None:
@@ -84,7 +97,8 @@ def check_reachable(spec: str) -> None:
     try:
         client.ping()
     except Exception as e:  # noqa: BLE001 - the client's errors vary by version; all mean "not usable"
-        raise ValueError(f"--database {spec}: cannot reach the Redis server: {e}") from None
+        raise ValueError(f"--database {masked(spec)}: cannot reach the Redis server: "
+                         f"{masked(str(e), [password(spec)])}") from None
     finally:
         client.close()
 

@@ -22,12 +22,13 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from blocktable import device
 from blocktable.properties.cases.case import Case, provenance
+from blocktable.properties.cases.credentials import masked
 from blocktable.properties.lockstep.driver import Lockstep
 from blocktable.properties.lockstep.machine import Recorder, make_machine
 from blocktable.properties.outcome import Outcome
 from blocktable.properties.run import profiles
 from blocktable.properties.run.child import Send
-from blocktable.properties.run.database import DEFAULT_FOLDER, namespace, open_database
+from blocktable.properties.run.database import DEFAULT_FOLDER, namespace, open_database, password
 from blocktable.properties.run.failure import device_name, send_failure
 from blocktable.properties.run.journal import Journal
 from blocktable.properties.run.messages import Job, Progress, Result, Stats
@@ -155,7 +156,9 @@ def fuzz_child(job: Job, send: Send) -> None:
                 raise
             if type(failure).__module__.split(".")[0] == "redis":  # the shared database, not the kernel
                 journal.close()
-                send(Result("config-error", message=f"the example database {job.database} failed: {failure}"))
+                secret = password(job.database or "")
+                send(Result("config-error", message=masked(f"the example database {job.database} failed: {failure}",
+                                                           [secret])))
                 return
             totals.fold()
             if recorder.build_failed_at is not None:
