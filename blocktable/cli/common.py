@@ -131,6 +131,14 @@ def make_folder(path: Path, flag: str) -> bool:
 
 @contextlib.contextmanager
 def _activity(name: str, detail: str) -> Iterator[Update]:
+    if not console.is_terminal:  # a log: a line now and one every few seconds (progress.py)
+        from blocktable.cli.progress import PlainLines, interval
+
+        lines = PlainLines(lambda text: console.print(text, markup=False, soft_wrap=True), interval())
+        task = lines.add(name, None)
+        lines.update(task, None, detail)
+        yield lambda text: lines.update(task, None, text)
+        return
     with Progress(TextColumn(f"[bold]{name}[/] {{task.fields[detail]}}"), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
         task = progress.add_task(name, detail=detail)

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from blocktable.cli.common import (
@@ -29,6 +28,7 @@ from blocktable.cli.common import (
     usage_error,
     v2_specs,
 )
+from blocktable.cli.progress import Bars, bars
 from blocktable.plugin import KV_KINDS
 from blocktable.properties.report.report import render
 from blocktable.properties.run import messages, parent
@@ -200,7 +200,7 @@ def _run_one(args: argparse.Namespace, kernel: str, job: Job, target: Target,
     total = args.minutes * 60 if args.minutes else examples
     # The progress line starts with the child's first progress message, once the
     # device and the kernel are set up: a configuration error prints no line first.
-    progress: Progress | None = None
+    progress: Bars | None = None
     task: Any = None
 
     def on_message(message: Message) -> None:
@@ -211,19 +211,17 @@ def _run_one(args: argparse.Namespace, kernel: str, job: Job, target: Target,
         if isinstance(message, messages.Progress):
             latest = message.stats
             if progress is None:
-                progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                    TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console)
-                progress.start()
-                task = progress.add_task(f"fuzz {kernel}", total=total, detail="starting")
+                progress = bars(console)
+                task = progress.add(f"fuzz {kernel}", total)
             done = latest.elapsed if args.minutes else latest.examples
-            progress.update(task, completed=done, detail=_detail(latest))
+            progress.update(task, done, _detail(latest))
 
     try:
         outcome = run_in_child(target, job, on_message)
         result = outcome.result
         if result is not None and progress is not None:
             latest = result.stats or latest
-            progress.update(task, completed=total if result.status == "pass" else None, detail=_detail(latest))
+            progress.update(task, total if result.status == "pass" else None, _detail(latest))
     finally:
         if progress is not None:
             progress.stop()
@@ -256,9 +254,10 @@ def _crashed(args: argparse.Namespace, job: Job, journal: Path, exitcode: int | 
 
 
 def _detail(stats: Stats) -> str:
+    seconds = max(stats.elapsed, 1e-9)
     if stats.tokens is not None:  # the stateless mode
-        return f"{stats.batches} batches, {stats.tokens:,} tokens checked"
-    return (f"{stats.examples} programs, {stats.steps} checked steps, "
+        return f"{stats.batches} batches, {stats.tokens:,} tokens checked ({stats.tokens / seconds:,.0f}/s)"
+    return (f"{stats.examples} programs ({stats.examples / seconds:.1f}/s), {stats.steps} checked steps, "
             f"{len(stats.events)} kinds of event reached")
 
 

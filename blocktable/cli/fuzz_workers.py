@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from blocktable.cli.common import console
+from blocktable.cli.progress import Bars, bars
 from blocktable.properties.run import messages
 from blocktable.properties.run.child import Target
 from blocktable.properties.run.messages import Job, Log, Message, Result, Stats
@@ -80,7 +80,7 @@ def run(target: Target, job: Job, jobs: int, out: Path, kernel: str, detail: Any
     places = placements(len(work), visible_gpus(job.device))
     stats = [Stats() for _ in work]
     minutes = job.minutes
-    progress: Progress | None = None
+    progress: Bars | None = None
     tasks: list[Any] = []
     total_task: Any = None
 
@@ -96,19 +96,16 @@ def run(target: Target, job: Job, jobs: int, out: Path, kernel: str, detail: Any
             return
         stats[i] = message.stats
         if progress is None:  # a configuration error prints no line first
-            progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console)
-            progress.start()
-            tasks.extend(progress.add_task(_name(k, w), total=share(w), detail="starting")
-                         for k, w in enumerate(work))
-            total_task = progress.add_task(f"fuzz {kernel}: {len(work)} workers",
-                                           total=share(work[0]) if minutes else sum(share(w) for w in work),
-                                           detail="starting")
+            progress = bars(console)
+            # A log shows the total alone: a line per worker every few seconds is noise there.
+            tasks.extend(progress.add(_name(k, w), share(w), logged=False) for k, w in enumerate(work))
+            total_task = progress.add(f"fuzz {kernel}: {len(work)} workers",
+                                      share(work[0]) if minutes else sum(share(w) for w in work))
         found = stats[i].first_failure_s is not None
-        progress.update(tasks[i], completed=stats[i].elapsed if minutes else stats[i].examples,
-                        detail=("found a discrepancy, shrinking it; " if found else "") + detail(stats[i]))
+        progress.update(tasks[i], stats[i].elapsed if minutes else stats[i].examples,
+                        ("found a discrepancy, shrinking it; " if found else "") + detail(stats[i]))
         total = merged(stats)
-        progress.update(total_task, completed=total.elapsed if minutes else total.examples, detail=detail(total))
+        progress.update(total_task, total.elapsed if minutes else total.examples, detail(total))
 
     try:
         outcomes, ended_by = run_workers(target, work, places, on_message)
@@ -118,10 +115,10 @@ def run(target: Target, job: Job, jobs: int, out: Path, kernel: str, detail: Any
         if progress is not None:
             for i, outcome in enumerate(outcomes):
                 passed = outcome.result is not None and outcome.result.status == "pass"
-                progress.update(tasks[i], completed=share(work[i]) if passed else None,
-                                detail=("stopped: " if outcome.stopped else "") + detail(stats[i]))
+                progress.update(tasks[i], share(work[i]) if passed else None,
+                                ("stopped: " if outcome.stopped else "") + detail(stats[i]))
             total = merged(stats)
-            progress.update(total_task, completed=total.elapsed if minutes else total.examples, detail=detail(total))
+            progress.update(total_task, total.elapsed if minutes else total.examples, detail(total))
     finally:
         if progress is not None:
             progress.stop()

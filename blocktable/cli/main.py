@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from blocktable.cli import bench, fuzz, mutants, replay, selfcheck
+from blocktable.cli import bench, fuzz, mutants, progress, replay, selfcheck
 from blocktable.cli.common import UsageError, check_folder, usage_error
 
 
@@ -30,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit:  # argparse exits 2 on a usage error, 0 on --help
         return int(exit.code or 0)
+    try:
+        progress.interval()  # the environment's settings, checked before any work too
+    except ValueError as e:
+        return usage_error(args.command, str(e))
     out = getattr(args, "out", None)
     if isinstance(out, Path):  # every command's output folder, checked before any work
         try:

@@ -1,0 +1,87 @@
+"""Progress in a log: with stdout a pipe, `blocktable fuzz` prints a plain line every
+few seconds (programs, steps, rate, elapsed) and no live display; on a terminal,
+rich's live bars. The interval is the environment's, checked before any work."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from rich.console import Console
+
+from blocktable.cli.main import main
+from blocktable.cli.progress import SECONDS_VARIABLE, LiveBars, PlainLines, bars, clock_text, interval
+
+LINE = re.compile(r"^fuzz reference: (\d+) programs \(\d+\.\d/s\), (\d+) checked steps, \d+ kinds of event reached; "
+                  r"(\d:\d\d:\d\d) elapsed$")
+
+
+@pytest.mark.fuzz
+def test_fuzz_with_stdout_to_a_pipe_prints_progress_lines(tmp_path):
+    command = [sys.executable, "-m", "blocktable.cli.main", "fuzz", "--kernel", "reference", "--device", "cpu",
+               "--examples", "12", "--out", "cases"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                         env={**os.environ, SECONDS_VARIABLE: "0.2"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [m for line in run.stdout.splitlines() if (m := LINE.match(line))]
+    assert len(lines) >= 2, run.stdout
+    programs = [int(m[1]) for m in lines]
+    assert programs == sorted(programs) and programs[-1] > programs[0], programs
+    assert "\r" not in run.stdout and "\x1b[" not in run.stdout  # no live display redrawn in place
+    assert "no discrepancy found" in run.stdout
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_plain_line_when_first_updated_then_at_most_one_per_interval():
+    printed: list[str] = []
+    clock = Clock()
+    lines = PlainLines(printed.append, every=30, clock=clock)
+    total, worker = lines.add("fuzz x", 100), lines.add("worker 1", 50, logged=False)
+    lines.update(total, 1, "1 program")
+    lines.update(worker, 1, "1 program")
+    clock.now += 29.9
+    lines.update(total, 5, "5 programs")
+    clock.now += 0.1
+    lines.update(total, 6, "6 programs")
+    clock.now += 3600
+    lines.update(total, 90, "90 programs")
+    assert printed == ["fuzz x: 1 program; 0:00:00 elapsed", "fuzz x: 6 programs; 0:00:30 elapsed",
+                       "fuzz x: 90 programs; 1:00:30 elapsed"]
+
+
+def test_live_bars_on_a_terminal_plain_lines_in_a_log():
+    assert isinstance(bars(Console(file=io.StringIO(), force_terminal=False)), PlainLines)
+    live = bars(Console(file=io.StringIO(), force_terminal=True))
+    assert isinstance(live, LiveBars)
+    live.stop()
+    assert clock_text(3725.9) == "1:02:05"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "inf", "nan"])
+def test_a_bad_interval_is_a_usage_error_before_any_work(monkeypatch, capsys, tmp_path, value):
+    monkeypatch.setenv(SECONDS_VARIABLE, value)
+    with pytest.raises(ValueError, match=SECONDS_VARIABLE):
+        interval()
+    monkeypatch.chdir(tmp_path)
+    assert main(["fuzz", "--kernel", "reference", "--device", "cpu", "--examples", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1 and SECONDS_VARIABLE in captured.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_interval_defaults_to_thirty_seconds(monkeypatch):
+    monkeypatch.delenv(SECONDS_VARIABLE, raising=False)
+    assert interval() == 30.0
+    monkeypatch.setenv(SECONDS_VARIABLE, "2.5")
+    assert interval() == 2.5
