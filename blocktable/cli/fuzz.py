@@ -32,6 +32,7 @@ from blocktable.cli.progress import Bars, bars
 from blocktable.plugin import KV_KINDS
 from blocktable.properties.report.report import render
 from blocktable.properties.run import messages, parent
+from blocktable.properties.run.calls import calls_text, never_called
 from blocktable.properties.run.child import Target
 from blocktable.properties.run.fuzz import fuzz_child
 from blocktable.properties.run.messages import Job, Log, Message, Result, Stats
@@ -173,8 +174,14 @@ def _run(args: argparse.Namespace) -> int:
     _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
     if result.status == "config-error":
         return usage_error("fuzz", result.message)
-    _summary(shown, args, latest, result, time.monotonic() - start, workers)
+    named = _under_test(args, kernel, kv, v2)
+    _summary(shown, args, latest, result, time.monotonic() - start, workers, named)
     if result.status == "pass" or result.failure is None:
+        # A plug-in it never called was not checked: that run cannot pass.
+        unit = "programs" if not args.stateless else "rounds" if kv else "batches"
+        reason = never_called(named, latest.calls, latest.examples, unit)
+        if reason is not None:
+            return usage_error("fuzz", reason)
         console.print("[green]no discrepancy found[/]")
         return EXIT_PASS
     # A KV case names the KV kernel it failed on: that is what replays it.
@@ -188,6 +195,13 @@ def _run(args: argparse.Namespace) -> int:
     console.print(render(report), markup=False, soft_wrap=True)
     console.print(f"case file: {failure.case}", soft_wrap=True)
     return EXIT_FAIL
+
+
+def _under_test(args: argparse.Namespace, kernel: str, kv: dict[str, str], v2: dict[str, str]) -> dict[str, str]:
+    """The kernels this mode runs, by kind (run/calls.py): each must be called."""
+    named = {} if args.stateless and kv else {"kernel": kernel}
+    return {**named, **{f"kv-{kind}": spec for kind, spec in kv.items()},
+            **{f"v2-{kind}": spec for kind, spec in v2.items()}}
 
 
 def _run_one(args: argparse.Namespace, kernel: str, job: Job, target: Target,
@@ -262,7 +276,7 @@ def _detail(stats: Stats) -> str:
 
 
 def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result, elapsed: float,
-             workers: Any = None) -> None:
+             workers: Any = None, named: dict[str, str] | None = None) -> None:
     """The run's totals; with several workers, the totals of all, then each one's."""
     table = Table(title="blocktable fuzz", show_header=False)
     table.add_column("what")
@@ -292,6 +306,7 @@ def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result
         table.add_row("  of which scheduled tokens", f"{busy} ({busy / seconds:.1f}/s)")
         events = stats.events
         table.add_row("events reached", ", ".join(f"{k} ×{v}" for k, v in sorted(events.items())) or "-")
+    table.add_row("calls (shrinking included)", calls_text(stats.calls, named or {}))
     table.add_row("elapsed", f"{elapsed:.1f} s")
     table.add_row("result", "[green]pass[/]" if result.status == "pass" else "[red]discrepancy[/]")
     console.print(table)

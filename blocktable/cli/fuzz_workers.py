@@ -64,6 +64,10 @@ def merged(stats: list[Stats]) -> Stats:
     for s in stats:
         events.update(s.events)
     total.events = dict(events)
+    calls: Counter[str] = Counter()
+    for s in stats:
+        calls.update(s.calls)
+    total.calls = dict(calls)
     if any(s.tokens is not None for s in stats):
         total.batches = sum(s.batches or 0 for s in stats)
         total.tokens = sum(s.tokens or 0 for s in stats)

@@ -4,6 +4,7 @@ built here, where the exception and its traceback are."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ def device_name(backend: Backend) -> str:
 def kernel_files(kernel: Any) -> list[str]:
     """The file the kernel function is defined in, so that a report shows its frames
     even when it is an installed package's."""
-    code = getattr(kernel, "__code__", None)
+    code = getattr(inspect.unwrap(kernel), "__code__", None) if kernel is not None else None
     return [code.co_filename] if code is not None else []
 
 

@@ -27,6 +27,7 @@ from blocktable.properties.lockstep.driver import Lockstep
 from blocktable.properties.lockstep.machine import Recorder, make_machine
 from blocktable.properties.outcome import Outcome
 from blocktable.properties.run import profiles
+from blocktable.properties.run.calls import calls
 from blocktable.properties.run.child import Send
 from blocktable.properties.run.database import DEFAULT_FOLDER, namespace, open_database, password
 from blocktable.properties.run.failure import device_name, send_failure
@@ -91,7 +92,7 @@ class _Totals:
         return Stats(examples=self.examples, steps=self.steps, steps_with_tokens=self.steps_with_tokens,
                      operations=self.operations, events=dict(self.events), elapsed=time.monotonic() - self.start,
                      first_failure_s=None if first is None else first - self.start,
-                     examples_to_failure=self.examples_to_failure)
+                     examples_to_failure=self.examples_to_failure, calls=calls())
 
 
 def fuzz_child(job: Job, send: Send) -> None:

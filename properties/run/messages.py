@@ -72,6 +72,7 @@ class Stats:
     examples_to_failure: int | None = None  # which program that was (0: a contract example)
     batches: int | None = None
     tokens: int | None = None
+    calls: dict[str, int] = field(default_factory=dict)  # each kernel's calls, by kind (run/calls.py)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from blocktable.plugin import Plugins, SlotMappingFn
 from blocktable.properties import fault
 from blocktable.properties.report.frames import where_text
 from blocktable.properties.run import profiles
+from blocktable.properties.run.calls import counting
 from blocktable.properties.run.child import Send
 from blocktable.properties.run.messages import Job, Result
 from blocktable.properties.slot.truth import harness_kernels
@@ -59,13 +60,13 @@ def config_error(send: Send, error: plugin.PluginError) -> None:
 
 
 def prepare(job: Job, send: Send) -> tuple[device.Backend, Plugins] | None:
-    """The child's device, profile and everything under test; None (a config-error
-    result sent) on failure."""
+    """The child's device, profile and everything under test, each kernel counting
+    its calls (calls.py); None (a config-error result sent) on failure."""
     backend = prepare_backend(job, send)
     if backend is None:
         return None
     try:
-        return backend, plugins_for(job.kernel, job.kv, backend, job.strict_nan, job.v2)
+        return backend, counting(plugins_for(job.kernel, job.kv, backend, job.strict_nan, job.v2))
     except plugin.PluginError as e:
         config_error(send, e)
         return None

@@ -29,6 +29,8 @@ from blocktable.properties.kv.call import run_kv_call
 from blocktable.properties.kv.draw import call_size, draw
 from blocktable.properties.kv.draw import shrink as shrink_kv
 from blocktable.properties.report.describe import kv_call_text
+from blocktable.properties.run.calls import calls as calls_made
+from blocktable.properties.run.calls import counted
 from blocktable.properties.run.child import Send
 from blocktable.properties.run.failure import send_failure
 from blocktable.properties.run.journal import Journal
@@ -100,11 +102,12 @@ def stateless_child(job: Job, send: Send) -> None:
         if now - last_sent > 0.25:
             last_sent = now
             stats.elapsed = now - start
+            stats.calls = calls_made()
             send(Progress("stateless", dataclasses.replace(stats)))
     if not backend.interpreted:
         torch.cuda.synchronize()
     journal.close()
-    stats.elapsed = time.monotonic() - start
+    stats.elapsed, stats.calls = time.monotonic() - start, calls_made()
     send(Result("pass", device=backend.describe(), stats=stats))
 
 
@@ -114,7 +117,7 @@ def kv_stateless_child(job: Job, send: Send) -> None:
         return
     kinds = [(kind, job.kv[kind]) for kind in plugin.KV_KINDS if kind in job.kv]
     try:
-        kernels = {kind: plugin.load_kv(kind, spec) for kind, spec in kinds}
+        kernels = {kind: counted(f"kv-{kind}", plugin.load_kv(kind, spec)) for kind, spec in kinds}
     except plugin.PluginError as e:
         config_error(send, e)
         return
@@ -160,7 +163,8 @@ def kv_stateless_child(job: Job, send: Send) -> None:
         if now - last_sent > 0.25:
             last_sent = now
             stats.elapsed = now - start
+            stats.calls = calls_made()
             send(Progress("stateless", dataclasses.replace(stats)))
     journal.close()
-    stats.elapsed = time.monotonic() - start
+    stats.elapsed, stats.calls = time.monotonic() - start, calls_made()
     send(Result("pass", device=described, stats=stats))
