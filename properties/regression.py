@@ -16,10 +16,16 @@ from blocktable.properties.report.report import render
 from blocktable.properties.run.confirm import replay_case
 
 
-def check_case(path: Path, kernel: str | None = None, device: str = "auto") -> None:
+def check_case(path: Path, kernel: str | None = None, device: str = "auto",
+               plugins: dict[str, dict[str, str]] | None = None) -> None:
+    """`plugins`: by family ("kv") and kind, plug-ins in place of the case's (for a
+    kv-call case, one of its op in place of its kernel)."""
     path = Path(path)
     case = load(path)
-    attempt = replay_case(case, kernel or case.kernel, device, path)
+    kv = dict((plugins or {}).get("kv") or {})
+    if case.kind == "kv-call":
+        kernel = kv.pop((case.call or {}).get("op", ""), None) or kernel
+    attempt = replay_case(case, kernel or case.kernel, device, path, kv=kv)
     if attempt.status == "config-error":
         raise AssertionError(f"{path.name}: {attempt.text}")
     if attempt.status != "pass":

@@ -2,13 +2,15 @@
 report. Exit 1 if it still fails, 0 if it now passes, 2 on a usage error.
 `--repeat N` replays it N times, each in a fresh process, and says how many failed
 (for races and kernels that keep state). `--emit-test DIR` writes a plain pytest
-regression test (plus a copy of the case)."""
+regression test (plus a copy of the case). `--kv-write/--kv-copy/--kv-gather SPEC`
+replay with another KV plug-in (a fix) in place of the one the case names."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from blocktable.cli.common import (
@@ -23,7 +25,7 @@ from blocktable.cli.common import (
     usage_error,
 )
 from blocktable.plugin import KernelSpec
-from blocktable.properties.cases.case import Case, load
+from blocktable.properties.cases.case import REPLAY_FAMILIES, Case, load
 from blocktable.properties.report.describe import whole_run_text
 from blocktable.properties.report.report import render
 from blocktable.properties.run.confirm import Attempt, interpreter_verdict, replay_case
@@ -32,6 +34,14 @@ VERBOSE_VARIABLE = "BLOCKTABLE_VERBOSE"
 # An emitted test replays with the kernel it was emitted for, unless these say otherwise.
 KERNEL_VARIABLE = "BLOCKTABLE_KERNEL"
 DEVICE_VARIABLE = "BLOCKTABLE_DEVICE"
+# How each plug-in family's specs are checked, by the prefix of its flags.
+NORMALIZE: dict[str, Callable[[str, str], str]] = {"kv": normalize_kv}
+Plugins = dict[str, dict[str, str]]  # family -> kind -> spec
+
+
+def plugin_variable(family: str, kind: str) -> str:
+    """What an emitted test reads for another plug-in of a kind: BLOCKTABLE_KV_GATHER."""
+    return f"BLOCKTABLE_{family.upper()}_{kind.upper()}"
 
 
 def _positive(text: str) -> int:
@@ -48,6 +58,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="replay a case file; exit 1 while it still fails", description=__doc__)
     p.add_argument("case", type=Path, help="a case file written by blocktable fuzz")
     add_kernel_and_device(p, kernel_default=None)
+    for family, kinds in REPLAY_FAMILIES.items():
+        for kind in kinds:
+            p.add_argument(f"--{family}-{kind}", metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
+                           help=f"replay with this {family}-{kind} plug-in (a fix) instead of the one the case names")
     p.add_argument("--emit-test", type=Path, metavar="DIR", help="write a pytest regression test for the case into DIR")
     p.add_argument("--repeat", type=_positive, default=1, metavar="N",
                    help="replay N times, each in a fresh process, and report how many failed (default 1)")
@@ -58,26 +72,55 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _given(args: argparse.Namespace) -> Plugins:
+    """The --FAMILY-KIND plug-ins named, checked, by family and kind."""
+    return {family: {kind: NORMALIZE[family](kind, spec) for kind in kinds
+                     if (spec := getattr(args, f"{family}_{kind}", None)) is not None}
+            for family, kinds in REPLAY_FAMILIES.items()}
+
+
+def _kernel_and_plugins(args: argparse.Namespace, case: Case) -> tuple[str, Plugins]:
+    """The kernel to replay with and the plug-ins that replace the case's."""
+    given = _given(args)
+    if case.kind != "kv-call":
+        return normalize_kernel(args.kernel or case.kernel), given
+    # A kv-call case's kernel is a KV kernel of the call's op: --kernel or --kv-OP replaces it.
+    op = (case.call or {})["op"]
+    others = [f"--kv-{kind}" for kind in given["kv"] if kind != op]
+    if others or any(given[family] for family in given if family != "kv"):
+        named = others or [f"--{f}-{k}" for f in given if f != "kv" for k in given[f]]
+        raise UsageError(f"{', '.join(named)}: this kv-call case calls the kv-{op} kernel alone "
+                         f"(--kv-{op} or --kernel replaces it)")
+    if args.kernel is not None and op in given["kv"]:
+        raise UsageError(f"--kernel and --kv-{op} both name the kv-{op} kernel this case calls: give one")
+    return normalize_kv(op, given["kv"].pop(op, "") or args.kernel or case.kernel), given
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         case = load(args.case)  # checked against its schema before anything runs
-        spec = args.kernel or case.kernel
-        # A kv-call case's kernel is a KV kernel of the call's op (--kernel replaces it).
-        kernel = normalize_kv((case.call or {})["op"], spec) if case.kind == "kv-call" else normalize_kernel(spec)
+        kernel, plugins = _kernel_and_plugins(args, case)
         if args.emit_test is not None:
             check_folder(args.emit_test, "--emit-test")
     except (ValueError, UsageError) as e:
         return usage_error("replay", str(e))
     if args.emit_test is not None:
         try:
-            path = emit_test(args.case, case, args.emit_test, kernel, args.device)
+            path = emit_test(args.case, case, args.emit_test, kernel, args.device, plugins)
         except OSError as e:
             return usage_error("replay", f"--emit-test {args.emit_test}: cannot write there: {e.strerror or e}")
         console.print(f"wrote {path} (and {path.with_name(args.case.name)})", soft_wrap=True)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     if args.repeat > 1:
-        return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan)
-    return replay(args.case, kernel, args.device, verbose, case=case, strict_nan=args.strict_nan)
+        return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan, plugins)
+    return replay(args.case, kernel, args.device, verbose, case=case, strict_nan=args.strict_nan, plugins=plugins)
+
+
+def _with(kernel: str, case: Case, plugins: Plugins | None) -> str:
+    """What the replay ran, as the closing line names it."""
+    ran = {family: {**getattr(case, family), **(plugins or {}).get(family, {})} for family in REPLAY_FAMILIES}
+    return "; ".join([kernel, *(f"{family}-{kind} {spec}" for family, specs in ran.items()
+                                for kind, spec in specs.items())])
 
 
 def _text(attempt: Attempt) -> str:
@@ -91,17 +134,18 @@ def _explain_whole_run(case: Case, attempt: Attempt) -> None:
 
 
 def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Case | None = None,
-           strict_nan: bool = False) -> int:
+           strict_nan: bool = False, plugins: Plugins | None = None) -> int:
     if case is None:
         case = load(case_path)
-    attempt = replay_case(case, kernel, device, case_path, verbose,
+    attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
                           on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan)
     if attempt.status == "config-error":
         return usage_error("replay", attempt.text)
     _explain_whole_run(case, attempt)
     if attempt.status == "pass":
         where = attempt.result.device if attempt.result is not None else device
-        console.print(f"[green]{case_path} passes now[/] with {kernel} on {where}", soft_wrap=True)
+        console.print(f"[green]{case_path} passes now[/] with {_with(kernel, case, plugins)} on {where}",
+                      soft_wrap=True)
         return EXIT_PASS
     if attempt.report is not None and attempt.result is not None and attempt.result.failure is not None \
             and not attempt.whole_run:
@@ -114,13 +158,14 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, cas
 
 
 def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, verbose: bool = False,
-           strict_nan: bool = False) -> int:
+           strict_nan: bool = False, plugins: Plugins | None = None) -> int:
     """Replay the case `times` times, each in a fresh process; print the first
     failure's report and how many failed. Exit 1 if any did."""
     failed: list[int] = []
     first: Attempt | None = None
     for i in range(times):
-        attempt = replay_case(case, kernel, device, case_path, verbose, strict_nan=strict_nan)
+        attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
+                              strict_nan=strict_nan)
         if attempt.status == "config-error":
             return usage_error("replay", attempt.text)
         verdict = "passes" if attempt.status == "pass" else ("crashes" if attempt.crashed else "fails")
@@ -132,10 +177,12 @@ def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, ve
         _explain_whole_run(case, first)
         console.print(_text(first), markup=False, soft_wrap=True)
         console.print(f"[red]{case_path} failed in {len(failed)} of {times} fresh processes[/] "
-                      f"({100 * len(failed) / times:.0f}%; replays {', '.join(map(str, failed))}) with {kernel}",
+                      f"({100 * len(failed) / times:.0f}%; replays {', '.join(map(str, failed))}) with "
+                      f"{_with(kernel, case, plugins)}",
                       soft_wrap=True)
         return EXIT_FAIL
-    console.print(f"[green]{case_path} passed in all {times} fresh processes[/] with {kernel}", soft_wrap=True)
+    console.print(f"[green]{case_path} passed in all {times} fresh processes[/] with {_with(kernel, case, plugins)}",
+                  soft_wrap=True)
     return EXIT_PASS
 
 
@@ -145,7 +192,9 @@ It replays the case in a fresh process and fails while the case still fails.
 First seen: {message}
 
 Kernel: {kernel_doc}; set {kernel_variable} to replay another (a built-in name,
-MODULE:FUNCTION or FILE.py:FUNCTION). Device: {device}; set {device_variable}
+MODULE:FUNCTION or FILE.py:FUNCTION). The plug-ins the case names beside it are
+read from the case file, where their paths are relative to it{plugins_doc}; set
+{variables_doc} to replay another. Device: {device}; set {device_variable}
 (auto, cpu or cuda) for another. Paths are relative to this file: the test runs
 from any working directory and after its folder moves.
 """
@@ -158,12 +207,17 @@ from blocktable.properties.regression import check_case
 HERE = Path(__file__).resolve().parent
 CASE = HERE / {case_name!r}
 KERNEL = {kernel_expr}
+PLUGINS = {plugins_expr}
+VARIABLES = {variables!r}
 DEVICE = {device!r}
 
 
 def test_{slug}():
+    plugins = {{family: {{**PLUGINS.get(family, {{}}),
+                         **{{kind: os.environ[name] for kind, name in names.items() if os.environ.get(name)}}}}
+               for family, names in VARIABLES.items()}}
     check_case(CASE, kernel=os.environ.get({kernel_variable!r}) or KERNEL,
-               device=os.environ.get({device_variable!r}) or DEVICE)
+               device=os.environ.get({device_variable!r}) or DEVICE, plugins=plugins)
 '''
 
 
@@ -183,11 +237,27 @@ def _docstring_safe(text: str) -> str:
     return (text.splitlines() or [""])[0][:200]
 
 
-def emit_test(case_path: Path, case: Case, folder: Path, kernel: str, device: str) -> Path:
+def emit_test(case_path: Path, case: Case, folder: Path, kernel: str, device: str,
+              plugins: Plugins | None = None) -> Path:
+    """The test and, beside it, the case with its plug-ins' paths relative to the new
+    folder. `plugins`: the ones given in place of the case's, kept in the test as
+    `kernel` is."""
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / case_path.name
     if target.resolve() != case_path.resolve():
-        shutil.copyfile(case_path, target)
+        target.write_text(json.dumps(case.to_json(folder), indent=1) + "\n")
+    given = {family: specs for family, specs in (plugins or {}).items() if specs}
+    families = [f"{family!r}: {{" + ", ".join(f"{kind!r}: {_kernel_expression(spec, folder)[0]}"
+                                               for kind, spec in specs.items()) + "}"
+                for family, specs in given.items()]
+    plugins_expr = "{" + ", ".join(families) + "}"
+    variables = {family: {kind: plugin_variable(family, kind) for kind in kinds}
+                 for family, kinds in REPLAY_FAMILIES.items()}
+    named = [f"{family}-{kind}" for family in REPLAY_FAMILIES for kind in getattr(case, family)]
+    plugins_doc = f" ({', '.join(named)})" if named else ""
+    if given:
+        plugins_doc += "; " + ", ".join(f"{family}-{kind} replaced by {_kernel_expression(spec, folder)[1]}"
+                                        for family, specs in given.items() for kind, spec in specs.items())
     slug = "".join(c if c.isalnum() else "_" for c in case_path.stem)
     test = folder / f"test_{slug}.py"
     message = _docstring_safe(str(case.failure.get("message") or case.failure.get("what") or "a failure"))
@@ -195,6 +265,10 @@ def emit_test(case_path: Path, case: Case, folder: Path, kernel: str, device: st
     test.write_text(TEST_TEMPLATE.format(case_name=case_path.name, slug=slug,
                                          message=message, kernel_expr=kernel_expr,
                                          kernel_doc=_docstring_safe(kernel_doc),
+                                         plugins_expr=plugins_expr, variables=variables,
+                                         plugins_doc=_docstring_safe(plugins_doc),
+                                         variables_doc=", ".join(v for names in variables.values()
+                                                                 for v in names.values()),
                                          device=device, kernel_variable=KERNEL_VARIABLE,
                                          device_variable=DEVICE_VARIABLE))
     return test

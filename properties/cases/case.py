@@ -15,6 +15,11 @@ found it (`whole_run`): the contract examples and every lockstep program the
 fuzzing process ran up to the failing one, so that a kernel that keeps state from
 call to call can still be replayed.
 
+A plug-in named by its file (`FILE.py:FUNCTION`: the kernel, the `kv` and
+`v2` plug-ins) is stored with its path relative to the case file's folder and read
+back from there: a folder of case files and the plug-ins beside them replays after
+it moves (another checkout, an unpacked artifact).
+
 Every file is checked against its version's schema (cases/schema.py) when it is
 loaded (`load`), before anything runs: a hand-edited or truncated file is refused
 with a message that names the file and the field, never replayed as a pass or
@@ -32,11 +37,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocktable.plugin import KernelSpec, PluginError
+from blocktable.plugin import KV_KINDS, KernelSpec, PluginError
 from blocktable.properties.cases.confirmation import Confirmation
 from blocktable.properties.cases.credentials import masked
 from blocktable.properties.cases.schema import FORMAT, VERSION, CaseError, fields
 from blocktable.properties.world import WorldConfig
+
+# The plug-in families a case records beside its kernel, each a Case field of the
+# same name, by kind: `replay` takes a --FAMILY-KIND flag for each kind, and the
+# printed replay line names them. A family added here is replayable everywhere.
+REPLAY_FAMILIES: dict[str, tuple[str, ...]] = {"kv": KV_KINDS}
+
+
+def family_flags(case: Case) -> list[str]:
+    """`--kv-gather SPEC`, ... for every plug-in the case names in a replayable family."""
+    return [f"--{family}-{kind} {spec}" for family in REPLAY_FAMILIES
+            for kind, spec in getattr(case, family).items()]
 
 
 def provenance(device: str, **extra: Any) -> dict[str, Any]:
@@ -83,8 +99,13 @@ class Case:
     # The V2 block-table plug-ins it ran with, by kind ("append", "gather", "slots").
     v2: dict[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        data = {"format": FORMAT, "version": VERSION, "kind": self.kind, "kernel": self.kernel,
+    def to_json(self, folder: Path | None = None) -> dict[str, Any]:
+        """The case as its file holds it; with `folder` (where the file goes), file
+        plug-ins relative to it."""
+        def stored(spec: str) -> str:
+            return spec if folder is None else relative_spec(spec, folder)
+
+        data = {"format": FORMAT, "version": VERSION, "kind": self.kind, "kernel": stored(self.kernel),
                 "failure": self.failure, "world": self.world.to_json() if self.world else None,
                 "program": self.program, "call": self.call,
                 "confirmation": self.confirmation.to_json() if self.confirmation else None,
@@ -92,21 +113,26 @@ class Case:
         if self.whole_run is not None:
             data["whole_run"] = self.whole_run
         if self.kv:
-            data["kv"] = self.kv
+            data["kv"] = {kind: stored(spec) for kind, spec in self.kv.items()}
         if self.strict_nan:
             data["strict_nan"] = True
         if self.v2:
-            data["v2"] = self.v2
+            data["v2"] = {kind: stored(spec) for kind, spec in self.v2.items()}
         return data
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "case file") -> Case:
+    def from_json(cls, data: Any, where: str = "case file", folder: Path | None = None) -> Case:
         """The case, after checking `data` against its version's schema; CaseError
-        names `where` (the file) and the first problem found."""
+        names `where` (the file) and the first problem found. `folder`: the file's,
+        which relative file plug-ins are read from."""
         try:
             found = fields(data)
         except CaseError as e:
             raise CaseError(f"{where}: {e}") from None
+        if folder is not None:
+            found["kernel"] = absolute_spec(found["kernel"], folder)
+            for family in ("kv", "v2"):
+                found[family] = {kind: absolute_spec(spec, folder) for kind, spec in found[family].items()}
         confirmation = found.pop("confirmation")
         return cls(**found, confirmation=Confirmation.from_json(confirmation) if confirmation else None)
 
@@ -122,16 +148,19 @@ class Case:
         return hashlib.sha256(body.encode()).hexdigest()[:10]
 
     def path_in(self, folder: Path) -> Path:
-        """Where `save` puts the case: named by the kernel (its file and function) and
+        """Where `save` puts the case: named by the plug-ins under test (each one's
+        file and function: the KV and V2 plug-ins when any was named, else the kernel) and
         the digest, so that cases of different kernels never overwrite one another."""
-        return folder / f"case-{kernel_stem(self.kernel)}-{self.digest()}.json"
+        named = [*self.kv.values(), *self.v2.values()] or [self.kernel]
+        stems = "-".join(dict.fromkeys(kernel_stem(spec) for spec in named))
+        return folder / f"case-{stems}-{self.digest()}.json"
 
     def save(self, folder: Path) -> Path:
         """Write the case into `folder` (made if needed) under its name; OSError if it
         cannot be written."""
         folder.mkdir(parents=True, exist_ok=True)
         path = self.path_in(folder)
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        path.write_text(json.dumps(self.to_json(folder), indent=1) + "\n")
         return path
 
 
@@ -141,6 +170,25 @@ def kernel_stem(kernel: str) -> str:
         return KernelSpec.parse(kernel).stem
     except PluginError:
         return "kernel"
+
+
+def relative_spec(spec: str, folder: Path) -> str:
+    """A file plug-in's spec with its path relative to `folder`; any other as it is."""
+    try:
+        parsed = KernelSpec.parse(spec)
+    except PluginError:
+        return spec
+    return str(parsed.relative_to(folder)) if parsed.is_file else spec
+
+
+def absolute_spec(spec: str, folder: Path) -> str:
+    """A file plug-in's spec read from a case file in `folder`: a relative path is
+    taken from there; any other spec as it is."""
+    try:
+        parsed = KernelSpec.parse(spec)
+    except PluginError:
+        return spec
+    return str(parsed.absolute(folder)) if parsed.is_file else spec
 
 
 def load(path: str | Path) -> Case:
@@ -163,4 +211,4 @@ def load(path: str | Path) -> Case:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise CaseError(f"case file {path} is not valid JSON (truncated?): {e}") from None
-    return Case.from_json(data, where=f"case file {path}")
+    return Case.from_json(data, where=f"case file {path}", folder=path.absolute().parent)

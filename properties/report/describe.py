@@ -81,8 +81,10 @@ def case_kernels(case: Case) -> str:
     return "; ".join([case.kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items())])
 
 
-def replay_command(case_path: Any, kernel: str, device_name: str) -> str:
-    return f"blocktable replay {case_path} --kernel {kernel} --device {device_name}"
+def replay_command(case_path: Any, kernel: str, device_name: str, flags: list[str] | None = None) -> str:
+    """The whole command: every plug-in the case ran with is named, so that editing
+    one spec points the replay at a fix."""
+    return " ".join([f"blocktable replay {case_path} --kernel {kernel}", *(flags or []), f"--device {device_name}"])
 
 
 def whole_run_text(whole: dict[str, Any]) -> str:

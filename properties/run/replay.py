@@ -113,13 +113,15 @@ def replay_child(job: Job, send: Send) -> None:
         send(Result("config-error", message=str(e)))
         return
     case.kernel = job.kernel
-    # The plug-ins the case ran with, for each family the replay names none of.
-    if kernels is not None and ((case.kv and not job.kv) or (case.v2 and not job.v2)):
+    # The plug-ins the case ran with, each kind the replay names replaced (a fix).
+    kv, v2 = {**case.kv, **job.kv}, {**case.v2, **job.v2}
+    if kernels is not None and (kv != job.kv or v2 != job.v2):
         try:
-            kernels = plugins_for(job.kernel, job.kv or case.kv, backend, v2=job.v2 or case.v2)
+            kernels = plugins_for(job.kernel, kv, backend, v2=v2)
         except plugin.PluginError as e:
             send(Result("config-error", message=str(e)))
             return
+    case.kv, case.v2 = kv, v2  # what the report's replay line names
     strict = job.strict_nan or case.strict_nan  # a case found strict replays strict
     if kernels is not None:
         kernels = dataclasses.replace(kernels, strict_nan=strict)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from blocktable.properties.cases.case import load
+
 pytestmark = pytest.mark.fuzz
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -76,7 +78,8 @@ def test_a_planted_bug_is_found_shrunk_and_replays(cli, tmp_path, bug):
     assert "confirmed: it fails again when replayed alone in a fresh process" in out
     case = Path(out.split("case file: ")[1].split()[0])
     data = json.loads(case.read_text())
-    assert data["kind"] == "kv-call" and data["kernel"] == spec and data["call"]["op"] == kind
+    assert data["kind"] == "kv-call" and load(case).kernel == spec and data["call"]["op"] == kind
+    assert data["kernel"] == f"../{KINDS[kind][0]}:{KINDS[kind][1]}"  # relative to the case file
     assert shrunk(data["call"]), data["call"]
     code, replayed = cli("replay", str(case))
     assert code == 1 and said in replayed
@@ -126,7 +129,7 @@ def test_a_kv_plug_in_bug_found_by_the_lockstep_replays_with_the_plug_in(cli, tm
     assert "confirmed: it fails again when replayed alone in a fresh process" in out
     case = Path(out.split("case file: ")[1].split()[0])
     data = json.loads(case.read_text())
-    assert data["kind"] == "lockstep" and data["kv"] == {"gather": spec} and data["world"]["kv"]
+    assert data["kind"] == "lockstep" and load(case).kv == {"gather": spec} and data["world"]["kv"]
     code, replayed = cli("replay", str(case))
     assert code == 1 and "KV gather" in replayed
     shutil.copyfile(EXAMPLES / "torch_kv_gather.py", spec.rpartition(":")[0])  # the fix
