@@ -129,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
     from blocktable.checks import data_checks
     from blocktable.properties.slot.truth import harness_kernels
 
-    backend = device.select(args.device)
+    try:
+        backend = device.select(args.device)
+    except (RuntimeError, ValueError) as e:  # --device cuda without a GPU: a usage error, as for fuzz
+        return usage_error("bench", str(e))
     cuda = backend.name == "cuda"
     if not cuda:
         console.print(f"[bold yellow]WARNING:[/] {INTERPRETER_WARNING}", soft_wrap=True)

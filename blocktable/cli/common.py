@@ -20,6 +20,7 @@ from blocktable.properties.cases.credentials import masked
 from blocktable.properties.run.parent import Display, Update
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 # Reports, tables and progress go to stdout; usage errors and warnings to stderr, so
 # that a script reading stdout never mistakes an error for output. Piped output (CI
 # logs, files) gets a wide console: reports and tables are read later.
@@ -36,6 +37,12 @@ def usage_error(command: str, message: str) -> int:
     A URL's credentials never show, whichever check wrote the message."""
     errors.print(Text.assemble((f"blocktable {command}: ", "red"), masked(message)), soft_wrap=True)
     return EXIT_USAGE
+
+
+def interrupted(command: str, kept: str) -> int:
+    """Ctrl-C: one line on stderr saying what was kept; the exit code."""
+    errors.print(Text.assemble((f"blocktable {command}: ", "red"), f"interrupted (Ctrl-C); {kept}"), soft_wrap=True)
+    return EXIT_INTERRUPTED
 
 
 def kernel_names() -> list[str]:

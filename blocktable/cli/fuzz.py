@@ -22,6 +22,7 @@ from blocktable.cli.common import (
     add_v2_kernels,
     check_folder,
     console,
+    interrupted,
     make_folder,
     normalize_kernel,
     normalize_kv,
@@ -81,6 +82,29 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
     except UsageError as e:
         return usage_error("fuzz", str(e))
+    except KeyboardInterrupt:
+        return _interrupted(args)
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    """Ctrl-C: the children are stopped; the program each was running is kept as a case."""
+    from blocktable.properties.run.interrupt import keep_journals
+
+    try:
+        kv = {kind: normalize_kv(kind, getattr(args, f"kv_{kind}")) for kind in KV_KINDS
+              if getattr(args, f"kv_{kind}") is not None}
+    except UsageError:
+        kv = {}
+    journals = sorted(args.out.glob("journal*.jsonl")) if args.out.is_dir() else []
+    try:
+        kept = keep_journals(journals, args.out, kv)
+    except OSError as e:
+        return interrupted("fuzz", f"the running program could not be kept: {e.strerror or e}")
+    if not kept:
+        return interrupted("fuzz", "nothing kept (no program to replay was running)")
+    cases = ", ".join(map(str, kept))
+    return interrupted("fuzz", f"kept the program that was running as {cases} (not confirmed; "
+                               f"blocktable replay {kept[0]} runs it)")
 
 
 def _check(args: argparse.Namespace) -> None:

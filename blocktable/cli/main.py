@@ -6,13 +6,26 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
+
+from rich.text import Text
 
 from blocktable.cli import bench, fuzz, mutants, progress, replay, selfcheck
-from blocktable.cli.common import UsageError, check_folder, usage_error
+from blocktable.cli.common import EXIT_USAGE, UsageError, check_folder, errors, interrupted, usage_error
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's errors as every other usage error: one line on stderr (no usage
+    block before it), with where to read more. Subcommands' parsers are of this
+    class too (add_subparsers makes them of the parent's)."""
+
+    def error(self, message: str) -> NoReturn:
+        errors.print(Text.assemble((f"{self.prog}: ", "red"), f"{message} (see {self.prog} --help)"), soft_wrap=True)
+        self.exit(EXIT_USAGE)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="blocktable",
         description="Correctness and fuzzing harness for PagedAttention block tables and slot mapping.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -40,7 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_folder(out, "--out")
         except UsageError as e:
             return usage_error(args.command, str(e))
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:  # a command with more to keep (fuzz) says so itself
+        return interrupted(args.command, "nothing kept")
 
 
 if __name__ == "__main__":

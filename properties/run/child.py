@@ -10,9 +10,12 @@ imports it by its module and name.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,25 +35,54 @@ def _entry(target: Target, job: Job, messages: Any) -> None:
     target(job, messages.put)
 
 
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """Start children inside this: they ignore SIGINT for their whole life (an
+    ignored signal stays ignored across exec, and Python then installs no handler of
+    its own), so that Ctrl-C, which reaches the whole process group, interrupts the
+    parent alone; the parent stops them and says once what it kept. Only the main
+    thread may set handlers: from another thread (the mutation gate's pool) children
+    start as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def stop(process: Any) -> None:
+    """Kill a child that is still running (the parent was interrupted) and reap it."""
+    if process.is_alive():
+        process.kill()
+    process.join()
+
+
 def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None] | None = None) -> ChildOutcome:
     """Run target(job, send) in a spawned process."""
     context = multiprocessing.get_context("spawn")  # no forked CUDA state, a fresh TRITON_INTERPRET
     messages = context.Queue()
     process = context.Process(target=_entry, args=(target, job, messages), daemon=True)
-    process.start()
+    with sigint_ignored():
+        process.start()
     result = None
-    while True:
-        try:
-            message = messages.get(timeout=0.2)
-        except queue.Empty:
-            if not process.is_alive():
-                break
-            continue
-        if isinstance(message, Result):
-            result = message
-        elif on_message is not None:
-            on_message(message)
-    process.join()
+    try:
+        while True:
+            try:
+                message = messages.get(timeout=0.2)
+            except queue.Empty:
+                if not process.is_alive():
+                    break
+                continue
+            if isinstance(message, Result):
+                result = message
+            elif on_message is not None:
+                on_message(message)
+    finally:
+        stop(process)
+        messages.close()
     return ChildOutcome(result, process.exitcode)
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from blocktable.properties.cases.case import Case, provenance
 from blocktable.properties.report.describe import config_text
-from blocktable.properties.run.child import describe_exit
+from blocktable.properties.run.child import describe_exit, sigint_ignored
 from blocktable.properties.run.journal import Journal
 from blocktable.properties.run.messages import Answer, Job, Message, Ready
 from blocktable.properties.run.prepare import prepare
@@ -72,7 +72,8 @@ class Replayer:
         self._programs, self._answers = context.Queue(), context.Queue()
         self._process = context.Process(target=_replayer, args=(self.job, self._programs, self._answers),
                                          daemon=True)
-        self._process.start()
+        with sigint_ignored():
+            self._process.start()
         self.children_started += 1
         first = self._wait()
         if not isinstance(first, Ready):

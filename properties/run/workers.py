@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
-from blocktable.properties.run.child import Target
+from blocktable.properties.run.child import Target, sigint_ignored
 from blocktable.properties.run.messages import Job, Message, Progress, Result
 
 # Thread pools of the libraries a worker loads: one thread each.
@@ -178,7 +178,7 @@ def run_workers(target: Target, jobs: list[Job], places: list[Placement],
         for i, (job, place) in enumerate(zip(jobs, places)):
             reader, writer = context.Pipe(duplex=False)
             process = context.Process(target=_worker, args=(target, job, writer), daemon=True)
-            with _inherited(place):
+            with _inherited(place), sigint_ignored():
                 process.start()
             writer.close()  # the worker holds the only write end: its exit ends the stream
             processes.append(process)

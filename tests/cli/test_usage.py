@@ -186,10 +186,35 @@ def test_a_wrong_usage_exits_2_naming_the_value_on_stderr(scratch, capsys, args,
     assert message in err, err
     assert "Traceback" not in out + err
     assert out == "", f"stdout must stay empty (no progress line, no report): {out!r}"
-    if not err.startswith("usage:"):  # argparse's own errors come after the usage lines
-        assert len(err.strip().splitlines()) == 1, err
+    assert len(err.strip().splitlines()) == 1, err  # argparse's own errors too: no usage block
     # Nothing was made: no output folder, no case file, no journal.
     assert not (scratch / "blocktable-cases").exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["fuzz", "--device", "gpu"], "blocktable fuzz: argument --device: invalid choice: 'gpu' (choose from 'auto', "
+                                  "'cpu', 'cuda') (see blocktable fuzz --help)"),
+    ([], "blocktable: the following arguments are required: COMMAND (see blocktable --help)"),
+    (["replay"], "blocktable replay: the following arguments are required: case (see blocktable replay --help)"),
+    (["fuzz", "--examples"], "blocktable fuzz: argument --examples: expected one argument (see blocktable fuzz --help)"),
+    (["bench", "--colour"], "blocktable: unrecognized arguments: --colour (see blocktable --help)"),
+])
+def test_an_argparse_error_is_one_line_with_where_to_read_more(capsys, args, line):
+    from blocktable.cli.main import main
+
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == line + "\n", err
+
+
+def test_bench_on_cuda_without_a_gpu_is_one_line_and_exit_2(capsys):
+    from blocktable.cli.main import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["bench", "--device", "cuda"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "blocktable bench: --device cuda was asked for, but torch sees no CUDA GPU\n", err
 
 
 def test_every_usage_names_a_file_or_value_the_user_gave():
