@@ -152,7 +152,10 @@ def _database(args: argparse.Namespace) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from blocktable.properties.run import profiles
+    from blocktable.properties.run.budget import Budget
 
+    # --minutes: the whole command's limit, from now (run/budget.py).
+    budget = Budget(time.monotonic(), 60 * args.minutes) if args.minutes else None
     _check(args)
     kernel = normalize_kernel(args.kernel)
     kv = {kind: normalize_kv(kind, getattr(args, f"kv_{kind}")) for kind in KV_KINDS
@@ -169,7 +172,9 @@ def _run(args: argparse.Namespace) -> int:
     journal = args.out / "journal.jsonl"
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
-              database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan, v2=v2)
+              database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan, v2=v2,
+              deadline=budget.deadline if budget else None, shrink_deadline=budget.shrink_until if budget else None)
+    until = budget.end if budget else None
     target: Target
     if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)
         target = kv_stateless_child
@@ -189,12 +194,12 @@ def _run(args: argparse.Namespace) -> int:
             died = workers.ended_by or 0
             console.print(f"worker {died + 1} (seed {workers.jobs[died].seed}) died; the others were stopped")
             return _crashed(args, workers.jobs[died], Path(workers.jobs[died].journal or journal),
-                            workers.outcomes[died].exitcode)
+                            workers.outcomes[died].exitcode, until)
         fuzz_workers.remove_journals(workers)
     else:
         result, exitcode, latest = _run_one(args, shown, job, target, examples)
         if result is None:  # the child died: the journal has the fatal step
-            return _crashed(args, job, journal, exitcode)
+            return _crashed(args, job, journal, exitcode, until)
     _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
     if result.status == "config-error":
         return usage_error("fuzz", result.message)
@@ -212,10 +217,11 @@ def _run(args: argparse.Namespace) -> int:
     failure = result.failure
     try:
         report = parent.confirm_and_save(failure, (failure.case_data or {}).get("kernel") or kernel, args.device,
-                                         DISPLAY)
+                                         DISPLAY, until)
     except OSError as e:
         return usage_error("fuzz", f"cannot write the case file {failure.case}: {e.strerror or e}")
-    report.triage = parent.triage(failure, kernel, args.device != "cpu" and _cuda())
+    if until is None or time.monotonic() < until:  # the triage replay is the first thing a time limit drops
+        report.triage = parent.triage(failure, kernel, args.device != "cpu" and _cuda())
     console.print(render(report), markup=False, soft_wrap=True)
     console.print(f"case file: {failure.case}", soft_wrap=True)
     return EXIT_FAIL
@@ -257,8 +263,9 @@ def _run_one(args: argparse.Namespace, kernel: str, job: Job, target: Target,
     try:
         outcome = run_in_child(target, job, on_message)
         result = outcome.result
-        if result is not None and progress is not None:
+        if result is not None:
             latest = result.stats or latest
+        if result is not None and progress is not None:
             progress.update(task, total if result.status == "pass" else None, _detail(latest))
     finally:
         if progress is not None:
@@ -277,10 +284,11 @@ def _remove_journal(journal: Path, made: Path | None, keep_folder: bool) -> None
             pass
 
 
-def _crashed(args: argparse.Namespace, job: Job, journal: Path, exitcode: int | None) -> int:
+def _crashed(args: argparse.Namespace, job: Job, journal: Path, exitcode: int | None,
+             until: float | None = None) -> int:
     """The child died mid-step: the crash's case, shrunk, confirmed and saved."""
     try:
-        crash = parent.crashed(job, journal, exitcode, args.device, args.out, args.shrink_seconds, DISPLAY)
+        crash = parent.crashed(job, journal, exitcode, args.device, args.out, args.shrink_seconds, DISPLAY, until)
     except OSError as e:
         return usage_error("fuzz", f"cannot write the case file: {e.strerror or e}")
     if crash.report is None:  # a stateless batch: the message says how to repeat it

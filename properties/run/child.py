@@ -29,6 +29,7 @@ Target = Callable[[Job, Send], None]
 class ChildOutcome:
     result: Result | None
     exitcode: int | None
+    timed_out: bool = False  # stopped at `until` (run_in_child) before it sent its result
 
 
 def _entry(target: Target, job: Job, messages: Any) -> None:
@@ -60,20 +61,28 @@ def stop(process: Any) -> None:
     process.join()
 
 
-def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None] | None = None) -> ChildOutcome:
-    """Run target(job, send) in a spawned process."""
+def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None] | None = None,
+                 until: float | None = None) -> ChildOutcome:
+    """Run target(job, send) in a spawned process; one still running at `until`
+    (time.monotonic()) is stopped."""
+    import time
+
     context = multiprocessing.get_context("spawn")  # no forked CUDA state, a fresh TRITON_INTERPRET
     messages = context.Queue()
     process = context.Process(target=_entry, args=(target, job, messages), daemon=True)
     with sigint_ignored():
         process.start()
     result = None
+    timed_out = False
     try:
         while True:
             try:
                 message = messages.get(timeout=0.2)
             except queue.Empty:
                 if not process.is_alive():
+                    break
+                if until is not None and time.monotonic() >= until:
+                    timed_out = True
                     break
                 continue
             if isinstance(message, Result):
@@ -83,7 +92,7 @@ def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None]
     finally:
         stop(process)
         messages.close()
-    return ChildOutcome(result, process.exitcode)
+    return ChildOutcome(result, process.exitcode, timed_out and result is None)
 
 
 def describe_exit(exitcode: int | None) -> str:

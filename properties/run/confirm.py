@@ -24,7 +24,7 @@ from blocktable.properties.run.replay import replay_child
 class Attempt:
     """One replay of a case in a fresh process."""
 
-    status: str  # "pass", "fail" or "config-error"
+    status: str  # "pass", "fail", "config-error" or "timeout" (stopped at the time limit)
     report: Report | None = None  # a failure's report (a crash's too)
     text: str = ""  # the configuration error, or what a crash with no case to replay said
     result: Result | None = None  # the child's Result; None when it died
@@ -34,9 +34,11 @@ class Attempt:
 
 def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[str, Any] | None = None,
                    whole_run: bool = False, verbose: bool = False, kv: dict[str, str] | None = None,
-                   on_log: Callable[[str], None] | None = None, strict_nan: bool = False) -> Attempt:
+                   on_log: Callable[[str], None] | None = None, strict_nan: bool = False,
+                   until: float | None = None) -> Attempt:
     """Replay the case at `case_path` (or `case_data`, the file not yet written) in a
-    fresh process, its journal in a scratch folder so that a crash is reported too."""
+    fresh process, its journal in a scratch folder so that a crash is reported too;
+    stopped at `until` (time.monotonic()), a "timeout"."""
     def on_message(message: Message) -> None:
         if on_log is not None and isinstance(message, Log):
             on_log(message.text)
@@ -45,8 +47,11 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
         journal = Path(scratch) / "journal.jsonl"
         job = Job(kernel, device=device, case=str(case_path), case_data=case_data, whole_run=whole_run,
                   verbose=verbose, journal=str(journal), kv=dict(kv or {}), strict_nan=strict_nan)
-        outcome = run_in_child(replay_child, job, on_message)
+        outcome = run_in_child(replay_child, job, on_message, until)
         result = outcome.result
+        if outcome.timed_out:
+            return Attempt("timeout", text="the time limit (--minutes) came before the replay finished",
+                           whole_run=whole_run)
         if result is None:
             case, message, where = crash_case(journal, outcome.exitcode)
             if case is None:
@@ -74,19 +79,24 @@ def replay_case(case: Case, kernel: str, device: str, case_path: Path, verbose: 
 
 
 def confirm(case: Case, path: Path, kernel: str, device: str,
-            on_stage: Callable[[str], None] | None = None) -> Confirmation:
+            on_stage: Callable[[str], None] | None = None, until: float | None = None) -> Confirmation:
     """Replay a case (its file not yet written) in a fresh process and, if it passes
-    there and keeps the whole run that found it, the whole run in another."""
+    there and keeps the whole run that found it, the whole run in another; each
+    stopped at `until` (time.monotonic()), when given."""
     data = case.to_json()
     if on_stage is not None:
         on_stage("replaying the case in a fresh process")
-    alone = replay_attempt(kernel, device, path, case_data=data)
+    alone = replay_attempt(kernel, device, path, case_data=data, until=until)
+    if alone.status == "timeout":
+        return Confirmation(False, None, "not confirmed: the time limit (--minutes) came before the replay in a "
+                                         "fresh process finished")
     reproduced = alone.status == "fail"
     whole_reproduced = None
     if not reproduced and case.whole_run is not None:
         if on_stage is not None:
             on_stage("replaying the whole run that found it in a fresh process")
-        whole_reproduced = replay_attempt(kernel, device, path, case_data=data, whole_run=True).status == "fail"
+        whole = replay_attempt(kernel, device, path, case_data=data, whole_run=True, until=until)
+        whole_reproduced = None if whole.status == "timeout" else whole.status == "fail"
     if reproduced:
         note = "fails again when replayed alone in a fresh process"
     elif whole_reproduced:

@@ -46,12 +46,12 @@ def describe_failure(case: Case, outcome: Outcome, backend: Backend, case_path: 
 
 def send_failure(send: Send, case: Case, outcome: Outcome, backend: Backend, out: Path, stats: Stats,
                  title: str = TITLE, kernel: Callable | None = None, verbose: bool = False,
-                 repeated: bool | None = None) -> None:
+                 repeated: bool | None = None, note: dict[str, Any] | None = None) -> None:
     """Send the result with the failure, its report and the case as JSON. The parent
     first replays the case in a fresh process and records whether it failed there,
     then writes the file (run/confirm.py)."""
     case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
-                    "message": str(outcome.error), "step": outcome.failed_step}
+                    "message": str(outcome.error), "step": outcome.failed_step, **(note or {})}
     failure = describe_failure(case, outcome, backend, case.path_in(out), title, kernel, verbose)
     failure.case_data = case.to_json()
     failure.repeated_in_process = repeated

@@ -27,12 +27,13 @@ from blocktable.properties.lockstep.driver import Lockstep
 from blocktable.properties.lockstep.machine import Recorder, make_machine
 from blocktable.properties.outcome import Outcome
 from blocktable.properties.run import profiles
+from blocktable.properties.run.budget import OutOfTime
 from blocktable.properties.run.calls import calls
 from blocktable.properties.run.child import Send
 from blocktable.properties.run.database import DEFAULT_FOLDER, namespace, open_database, password
 from blocktable.properties.run.failure import device_name, send_failure
 from blocktable.properties.run.journal import Journal
-from blocktable.properties.run.messages import Job, Progress, Result, Stats
+from blocktable.properties.run.messages import Job, Log, Progress, Result, Stats
 from blocktable.properties.run.prepare import prepare
 from blocktable.properties.run.replay import replay_lockstep
 from blocktable.properties.slot.call import run_slot_call, slot_call
@@ -65,6 +66,9 @@ class _Totals:
         # with before. Text, because the cyclic collector walks every list and dict.
         self.whole_run: deque[str] = deque(maxlen=WHOLE_RUN_LIMIT)
         self.whole_run_seen = 0
+        # The failing program with the fewest steps met so far: what a case keeps when
+        # the time is up before Hypothesis has finished shrinking.
+        self.smallest: tuple[Any, list[dict[str, Any]]] | None = None
 
     def failed(self, when: float, ordinal: int | None) -> None:
         if self.first_failure is None:
@@ -77,6 +81,8 @@ class _Totals:
                 self.whole_run_seen += 1
             if run.failed_at is not None:
                 self.failed(run.failed_at, ordinal)
+                if self.smallest is None or len(run.program) < len(self.smallest[1]):
+                    self.smallest = (run.world, list(run.program))
             self.steps += run.steps_checked
             self.steps_with_tokens += run.steps_with_tokens
             self.operations += len(run.program)
@@ -127,6 +133,11 @@ def fuzz_child(job: Job, send: Send) -> None:
 
     def on_run(run: Any) -> None:
         totals.fold()  # the run before this one has ended
+        now = time.monotonic()
+        if totals.first_failure is None and job.deadline is not None and now >= job.deadline:
+            raise OutOfTime(shrinking=False)
+        if totals.first_failure is not None and job.shrink_deadline is not None and now >= job.shrink_deadline:
+            raise OutOfTime(shrinking=True)
         totals.examples += 1
         totals.pending.append((totals.examples, run))
         journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": described})
@@ -136,7 +147,7 @@ def fuzz_child(job: Job, send: Send) -> None:
             last_sent[0] = now
             send(Progress("lockstep", totals.stats()))
 
-    deadline = totals.start + 60 * job.minutes if job.minutes else None
+    deadline = job.deadline or (totals.start + 60 * job.minutes if job.minutes else None)
     chunk_index = 0
     recorder = Recorder()
     database = _database(job, backend)
@@ -152,6 +163,12 @@ def fuzz_child(job: Job, send: Send) -> None:
         chunk_index += 1
         try:
             run_state_machine_as_test(machine, settings=profiles.machine_settings(max_examples=size, database=database))
+        except OutOfTime as stop:
+            if not stop.shrinking:
+                break
+            journal.close()
+            _send_unshrunk(send, job, totals, recorder, prov, kernels, backend, out, kernel)
+            return
         except BaseException as failure:  # noqa: BLE001 - whatever failed, it failed
             if isinstance(failure, KeyboardInterrupt):
                 raise
@@ -181,6 +198,25 @@ def fuzz_child(job: Job, send: Send) -> None:
         totals.fold()
     journal.close()
     send(Result("pass", device=backend.describe(), stats=totals.stats()))
+
+
+def _send_unshrunk(send: Send, job: Job, totals: _Totals, recorder: Recorder, prov: dict[str, Any], kernels: Any,
+                   backend: device.Backend, out: Path, kernel: Any) -> None:
+    """The time ran out while Hypothesis shrank a finding: the smallest failing
+    program met so far is the case, as found, and the run says so."""
+    totals.fold()
+    world, program = totals.smallest or (recorder.world, [])
+    case = Case("lockstep", job.kernel, {}, world=world, program=program, provenance=prov, kv=dict(job.kv),
+                v2=dict(job.v2), strict_nan=job.strict_nan, whole_run=totals.whole_run_json(len(SPEC_EXAMPLES)))
+    outcome = replay_lockstep(case, kernels, backend)
+    repeated = not outcome.passed
+    if outcome.passed:
+        outcome = Outcome(False, AssertionError("the failing program passed when replayed in the same process"),
+                          len(program) - 1 if program else None)
+    send(Log(f"the time limit (--minutes) came before shrinking finished: the case keeps the failing program "
+             f"as found ({len(program)} steps)"))
+    send_failure(send, case, outcome, backend, out, totals.stats(), kernel=kernel, verbose=job.verbose,
+                 repeated=repeated, note={"not_shrunk": "the time limit (--minutes) came before shrinking finished"})
 
 
 def _database(job: Job, backend: device.Backend) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -41,13 +42,15 @@ class Display:
     activity: Callable[[str, str], AbstractContextManager[Update]] = _quiet
 
 
-def confirm_and_save(failure: Failure, kernel: str, device: str, display: Display) -> Report:
+def confirm_and_save(failure: Failure, kernel: str, device: str, display: Display,
+                     until: float | None = None) -> Report:
     """Confirm the child's case in a fresh process and write its file with the verdict
-    (and the whole run when it did not repeat alone); the report, with the verdict."""
+    (and the whole run when it did not repeat alone); the report, with the verdict.
+    `until`: the time limit's end (run/budget.py)."""
     path = Path(failure.case)
     case = Case.from_json(failure.case_data)
     with display.activity("confirming", "replaying the case in a fresh process") as update:
-        confirmation = confirm(case, path, kernel, device, on_stage=update)
+        confirmation = confirm(case, path, kernel, device, on_stage=update, until=until)
     finish(case, confirmation, path.parent)
     return dataclasses.replace(failure.report, confirmation=confirmation)
 
@@ -63,19 +66,26 @@ class Crash:
 
 
 def crashed(job: Job, journal: Path, exitcode: int | None, device: str, out: Path, shrink_seconds: float,
-            display: Display) -> Crash:
+            display: Display, until: float | None = None) -> Crash:
     """The child died mid-step: a case from the journal, shrunk, confirmed, saved.
-    The journal stays beside it: the crash as it happened, before shrinking."""
+    The journal stays beside it: the crash as it happened, before shrinking.
+    `until`: the time limit's end; shrinking stops at the child's shrink deadline."""
     case, message, where = crash_case(journal, exitcode)
     if case is None:
         return Crash(message)
     if case.kind == "lockstep":
         case.kv = dict(job.kv)  # the KV plug-ins it ran with: its replays load them
+        if job.shrink_deadline is not None:
+            shrink_seconds = min(shrink_seconds, job.shrink_deadline - time.monotonic())
+            if shrink_seconds <= 0:
+                case.failure["not_shrunk"] = "the time limit (--minutes) came before shrinking started"
+                display.note("the time limit (--minutes) leaves no time to shrink the crash: the case keeps the "
+                             "program as it ran")
         if case.program and shrink_seconds > 0:
             message = _shrink(case, job, exitcode, shrink_seconds, display)
     path = case.path_in(out)
     with display.activity("confirming", "replaying the case in a fresh process") as update:
-        confirmation = confirm(case, path, job.kernel, device, on_stage=update)
+        confirmation = confirm(case, path, job.kernel, device, on_stage=update, until=until)
     finish(case, confirmation, out)
     report = crash_report(case, message, path, where, device)
     return Crash(message, dataclasses.replace(report, confirmation=confirmation), path)

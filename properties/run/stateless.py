@@ -66,7 +66,7 @@ def stateless_child(job: Job, send: Send) -> None:
     # where a crash happened and how to repeat it (same seed, same device).
     journal = Journal(job.journal_path())
     start = time.monotonic()
-    deadline = start + 60 * job.minutes if job.minutes else None
+    deadline = job.deadline or (start + 60 * job.minutes if job.minutes else None)
     batches = job.examples or 100
     done = tokens = 0
     stats = Stats(batches=0, tokens=0)
@@ -130,7 +130,7 @@ def kv_stateless_child(job: Job, send: Send) -> None:
     journal = Journal(job.journal_path())
     described = backend.describe()
     start = time.monotonic()
-    deadline = start + 60 * job.minutes if job.minutes else None
+    deadline = job.deadline or (start + 60 * job.minutes if job.minutes else None)
     rounds = job.examples or 100
     stats = Stats(batches=0, tokens=0)
     send(Progress("stateless", dataclasses.replace(stats)))
