@@ -53,13 +53,14 @@ def kernel_names() -> list[str]:
     return [*plugin.builtin_kernels(), *harness_kernels()]
 
 
-def add_kernel_and_device(parser: argparse.ArgumentParser, kernel_default: str | None = "triton") -> None:
+def add_kernel_and_device(parser: argparse.ArgumentParser, kernel_default: str | None = "triton",
+                          device_default: str | None = "auto", device_help: str = "") -> None:
     default = f" (default {kernel_default})" if kernel_default else ""
     parser.add_argument("--kernel", default=kernel_default, metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
                         help=f"the slot-mapping kernel under test{default}: one of {', '.join(kernel_names())}, "
                              "or a plug-in (see docs/plugins.md)")
-    parser.add_argument("--device", default="auto", choices=CHOICES,
-                        help="where kernels run: auto (GPU if present), cpu (Triton interpreter), cuda")
+    parser.add_argument("--device", default=device_default, choices=CHOICES,
+                        help=device_help or "where kernels run: auto (GPU if present), cpu (Triton interpreter), cuda")
 
 
 def normalize_kernel(spec: str, names: list[str] | None = None, noun: str = "kernel") -> str:

@@ -57,7 +57,9 @@ def _positive(text: str) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="replay a case file; exit 1 while it still fails", description=__doc__)
     p.add_argument("case", type=Path, help="a case file written by blocktable fuzz")
-    add_kernel_and_device(p, kernel_default=None)
+    add_kernel_and_device(p, kernel_default=None, device_default=None,
+                          device_help="where kernels run: cpu (Triton interpreter), cuda, or auto (GPU if present); "
+                                      "default: the device the case was found on, else auto")
     for family, kinds in REPLAY_FAMILIES.items():
         for kind in kinds:
             p.add_argument(f"--{family}-{kind}", metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
@@ -96,6 +98,26 @@ def _kernel_and_plugins(args: argparse.Namespace, case: Case) -> tuple[str, Plug
     return normalize_kv(op, given["kv"].pop(op, "") or args.kernel or case.kernel), given
 
 
+def replay_device(case: Case, asked: str | None, gpu: bool) -> tuple[str, str | None]:
+    """The --device to replay on and, when it is not where the case was found, the
+    line that says so first. Without --device: the case's own device, the
+    interpreter where a case found on a GPU meets a machine without one."""
+    found = case.provenance.get("replay_device")
+    if found not in ("cpu", "cuda"):  # older cases do not say
+        return asked or "auto", None
+    backend = case.provenance.get("backend") or found
+    if asked is None:
+        if found == "cuda" and not gpu:
+            return "cpu", (f"note: this case was found on cuda ({backend}); this machine has no GPU, so it "
+                           f"replays on cpu (the Triton interpreter): a pass here does not show it passes on cuda")
+        return found, None
+    runs_on = ("cuda" if gpu else "cpu") if asked == "auto" else asked
+    if runs_on == found:
+        return asked, None
+    return asked, (f"note: this case was found on {found} ({backend}); it replays on {runs_on} as asked: "
+                   f"a pass here does not show it passes on {found}")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         case = load(args.case)  # checked against its schema before anything runs
@@ -104,6 +126,11 @@ def run(args: argparse.Namespace) -> int:
             check_folder(args.emit_test, "--emit-test")
     except (ValueError, UsageError) as e:
         return usage_error("replay", str(e))
+    import torch
+
+    args.device, note = replay_device(case, args.device, torch.cuda.is_available())
+    if note is not None:  # before anything runs: the reader knows where the verdict comes from
+        console.print(note, markup=False, soft_wrap=True)
     if args.emit_test is not None:
         try:
             path = emit_test(args.case, case, args.emit_test, kernel, args.device, plugins)

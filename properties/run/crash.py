@@ -238,7 +238,8 @@ def crash_case(journal: Path, exitcode: int | None) -> tuple[Case | None, str, s
     else:
         case = Case("lockstep", header["kernel"], {}, world=WorldConfig.from_json(header["world"]), program=steps)
     device = header.get("device", "unknown")
-    case.provenance = provenance(device, exitcode=exitcode)
+    case.provenance = provenance(device, exitcode=exitcode, backend=device,
+                                 **({"replay_device": header["replay_device"]} if "replay_device" in header else {}))
     return case, describe_crash(case, exitcode), device
 
 

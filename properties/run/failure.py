@@ -50,6 +50,9 @@ def send_failure(send: Send, case: Case, outcome: Outcome, backend: Backend, out
     """Send the result with the failure, its report and the case as JSON. The parent
     first replays the case in a fresh process and records whether it failed there,
     then writes the file (run/confirm.py)."""
+    # Where it was found, as the --device that replays it there (replay's default).
+    case.provenance.setdefault("replay_device", device_name(backend))
+    case.provenance.setdefault("backend", backend.describe())
     case.failure = {"what": getattr(outcome.error, "what", type(outcome.error).__name__),
                     "message": str(outcome.error), "step": outcome.failed_step, **(note or {})}
     failure = describe_failure(case, outcome, backend, case.path_in(out), title, kernel, verbose)

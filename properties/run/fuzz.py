@@ -111,14 +111,17 @@ def fuzz_child(job: Job, send: Send) -> None:
     spec = job.kernel
     journal = Journal(job.journal_path())
     described = backend.describe()  # once: on a GPU it asks the driver
-    prov = provenance("interpreter" if backend.interpreted else described, seed=job.seed, profile=job.profile)
+    found_on = device_name(backend)  # the --device that replays it, kept in the journal and the case
+    prov = provenance("interpreter" if backend.interpreted else described, seed=job.seed, profile=job.profile,
+                      backend=described, replay_device=found_on)
     totals = _Totals(time.monotonic())
 
     send(Progress("contract examples", totals.stats()))  # set up: the parent may show progress now
     for index, example in enumerate(SPEC_EXAMPLES):
         qsl, positions, table = example.inputs()
         call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
-        journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": described})
+        journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": described,
+                       "replay_device": found_on})
         outcome = run_slot_call(call, kernel, backend)
         if not outcome.passed:
             totals.failed(time.monotonic(), 0)
@@ -140,7 +143,8 @@ def fuzz_child(job: Job, send: Send) -> None:
             raise OutOfTime(shrinking=True)
         totals.examples += 1
         totals.pending.append((totals.examples, run))
-        journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": described})
+        journal.start({"kind": "lockstep", "kernel": spec, "world": run.world.to_json(), "device": described,
+                       "replay_device": found_on})
         run.on_step = journal.write
         now = time.monotonic()
         if now - last_sent[0] > 0.25:

@@ -23,7 +23,8 @@ def _case(journal: Path, kv: dict[str, str]) -> Case | None:
     where = f"during step {len(steps)}" if steps else "before its first step"
     failure = {"what": "interrupted", "message": f"interrupted (Ctrl-C) {where}",
                "step": len(steps) - 1 if steps else None}
-    prov = provenance(header.get("device", "unknown"), interrupted=True)
+    prov = provenance(header.get("device", "unknown"), interrupted=True,
+                      **({"replay_device": header["replay_device"]} if "replay_device" in header else {}))
     if kind in ("slot-call", "kv-call"):
         failure["message"] = f"interrupted (Ctrl-C) while running {header['call'].get('name', 'a call')}"
         failure["step"] = None

@@ -87,7 +87,8 @@ def crashed(job: Job, journal: Path, exitcode: int | None, device: str, out: Pat
     with display.activity("confirming", "replaying the case in a fresh process") as update:
         confirmation = confirm(case, path, job.kernel, device, on_stage=update, until=until)
     finish(case, confirmation, out)
-    report = crash_report(case, message, path, where, device)
+    # The replay line names the device it died on, not "auto".
+    report = crash_report(case, message, path, where, case.provenance.get("replay_device", device))
     return Crash(message, dataclasses.replace(report, confirmation=confirmation), path)
 
 

@@ -87,6 +87,8 @@ def test_when_shrinking_runs_out_of_time_the_case_is_the_failing_program_as_foun
                     f"as found ({found.failure.program_steps} steps)"]
     assert found.failure.program_steps > shrunk.failure.program_steps
     assert found.failure.repeated_in_process is True  # the kept program still fails
+    where = found.failure.case_data["provenance"]  # where it was found: what replay defaults to
+    assert where["replay_device"] == "cpu" and where["backend"].startswith("Triton interpreter on the CPU")
 
     case = Case.from_json(found.failure.case_data)
     verdict = confirm(case, Path(found.failure.case), spec, "cpu", until=time.monotonic())
