@@ -46,9 +46,11 @@ class Budget:
         return max(0.0, self.end - now)
 
 
-class OutOfTime(BaseException):
-    """Raised in a fuzzing child, between programs, when the time is up. Not an
-    Exception: Hypothesis must not take it for the program's failure (and shrink it)."""
+class OutOfTime(KeyboardInterrupt):
+    """Raised in a fuzzing child, between programs, when the time is up. A
+    KeyboardInterrupt to Hypothesis: not the program's failure (to shrink), and not a
+    fatal error either, whose choices it would save to the example database, where
+    every later run (and every worker) would replay a program cut off mid-draw."""
 
     def __init__(self, shrinking: bool) -> None:
         super().__init__("shrinking" if shrinking else "fuzzing")

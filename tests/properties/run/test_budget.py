@@ -93,3 +93,35 @@ def test_when_shrinking_runs_out_of_time_the_case_is_the_failing_program_as_foun
     case = Case.from_json(found.failure.case_data)
     verdict = confirm(case, Path(found.failure.case), spec, "cpu", until=time.monotonic())
     assert not verdict.reproduced and verdict.note.startswith("not confirmed: the time limit (--minutes) came")
+
+
+@pytest.mark.fuzz
+def test_a_run_stopped_by_the_time_limit_saves_nothing_to_the_example_database(kernels, backend, tmp_path,
+                                                                               monkeypatch):
+    """Hypothesis saves the choices of a run a fatal error ended, to replay them first
+    next time: a program cut off mid-draw, which every later chunk and worker would
+    then replay and report as flaky. Out of time is an interruption, not such an error."""
+    import hypothesis.core
+    from hypothesis import seed
+    from hypothesis.database import DirectoryBasedExampleDatabase
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from blocktable.properties.lockstep.machine import make_machine
+    from blocktable.properties.run import profiles
+    from blocktable.properties.run.budget import OutOfTime
+
+    # The suite's --hypothesis-seed turns every database off; a fuzzing child has none.
+    monkeypatch.setattr(hypothesis.core, "global_force_seed", None)
+    runs = []
+
+    def on_run(run):
+        runs.append(run)
+        if len(runs) == 3:
+            raise OutOfTime(shrinking=False)
+
+    database = DirectoryBasedExampleDatabase(tmp_path / "db")
+    machine = make_machine(kernels("reference"), backend, on_run=on_run)
+    seed(0)(machine)
+    with pytest.raises(OutOfTime):
+        run_state_machine_as_test(machine, settings=profiles.machine_settings(max_examples=10, database=database))
+    assert len(runs) == 3 and not [p for p in (tmp_path / "db").rglob("*") if p.is_file()]
