@@ -13,6 +13,7 @@ from pathlib import Path
 
 from blocktable.properties.cases.case import load
 from blocktable.properties.report.report import render
+from blocktable.properties.run.calls import DEFAULT_CALL_TIMEOUT_S
 from blocktable.properties.run.confirm import replay_case
 
 
@@ -25,7 +26,8 @@ def check_case(path: Path, kernel: str | None = None, device: str = "auto",
     kv = dict((plugins or {}).get("kv") or {})
     if case.kind == "kv-call":
         kernel = kv.pop((case.call or {}).get("op", ""), None) or kernel
-    attempt = replay_case(case, kernel or case.kernel, device, path, kv=kv)
+    # A kernel that hangs fails the test instead of hanging pytest.
+    attempt = replay_case(case, kernel or case.kernel, device, path, kv=kv, call_timeout=DEFAULT_CALL_TIMEOUT_S)
     if attempt.status == "config-error":
         raise AssertionError(f"{path.name}: {attempt.text}")
     if attempt.status != "pass":

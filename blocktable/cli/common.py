@@ -79,6 +79,24 @@ def normalize_kv(kind: str, spec: str) -> str:
     return normalize_kernel(spec, list(plugin.builtin_kv_kernels(kind)), plugin.KV_CONTRACTS[kind].noun)
 
 
+def add_call_timeout(parser: argparse.ArgumentParser) -> None:
+    from blocktable.properties.run.calls import DEFAULT_CALL_TIMEOUT_S
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value >= 0 and value < float("inf")):
+            raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+        return value
+
+    parser.add_argument("--call-timeout", type=seconds, default=DEFAULT_CALL_TIMEOUT_S, metavar="S",
+                        help=f"a kernel call that has not returned after S seconds is a finding: the process is "
+                             f"stopped and the program becomes a case, as for a crash "
+                             f"(default {DEFAULT_CALL_TIMEOUT_S:g}; 0: no limit)")
+
+
 def add_kv_kernels(parser: argparse.ArgumentParser) -> None:
     """--kv-write, --kv-copy, --kv-gather: the KV kernels under test (docs/contract.md §9)."""
     for kind, contract in plugin.KV_CONTRACTS.items():

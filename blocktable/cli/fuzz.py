@@ -17,6 +17,7 @@ from blocktable.cli.common import (
     EXIT_FAIL,
     EXIT_PASS,
     UsageError,
+    add_call_timeout,
     add_kernel_and_device,
     add_kv_kernels,
     add_v2_kernels,
@@ -60,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shrink-seconds", type=float, default=120, metavar="S",
                    help="when the kernel kills its process, spend up to S seconds replaying smaller "
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
+    add_call_timeout(p)
     p.add_argument("--verbose", action="store_true",
                    help="reports show the whole exception chain of a kernel that raised")
     p.add_argument("--strict-nan", action="store_true",
@@ -173,7 +175,8 @@ def _run(args: argparse.Namespace) -> int:
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
               database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan, v2=v2,
-              deadline=budget.deadline if budget else None, shrink_deadline=budget.shrink_until if budget else None)
+              deadline=budget.deadline if budget else None, shrink_deadline=budget.shrink_until if budget else None,
+              call_timeout=args.call_timeout or None)
     until = budget.end if budget else None
     target: Target
     if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)
@@ -217,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
     failure = result.failure
     try:
         report = parent.confirm_and_save(failure, (failure.case_data or {}).get("kernel") or kernel, args.device,
-                                         DISPLAY, until)
+                                         DISPLAY, until, job.call_timeout)
     except OSError as e:
         return usage_error("fuzz", f"cannot write the case file {failure.case}: {e.strerror or e}")
     if until is None or time.monotonic() < until:  # the triage replay is the first thing a time limit drops

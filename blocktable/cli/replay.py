@@ -17,6 +17,7 @@ from blocktable.cli.common import (
     EXIT_FAIL,
     EXIT_PASS,
     UsageError,
+    add_call_timeout,
     add_kernel_and_device,
     check_folder,
     console,
@@ -64,6 +65,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         for kind in kinds:
             p.add_argument(f"--{family}-{kind}", metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
                            help=f"replay with this {family}-{kind} plug-in (a fix) instead of the one the case names")
+    add_call_timeout(p)
     p.add_argument("--emit-test", type=Path, metavar="DIR", help="write a pytest regression test for the case into DIR")
     p.add_argument("--repeat", type=_positive, default=1, metavar="N",
                    help="replay N times, each in a fresh process, and report how many failed (default 1)")
@@ -139,8 +141,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"wrote {path} (and {path.with_name(args.case.name)})", soft_wrap=True)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     if args.repeat > 1:
-        return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan, plugins)
-    return replay(args.case, kernel, args.device, verbose, case=case, strict_nan=args.strict_nan, plugins=plugins)
+        return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan, plugins,
+                      args.call_timeout or None)
+    return replay(args.case, kernel, args.device, verbose, case=case, strict_nan=args.strict_nan, plugins=plugins,
+                  call_timeout=args.call_timeout or None)
 
 
 def _with(kernel: str, case: Case, plugins: Plugins | None) -> str:
@@ -161,11 +165,12 @@ def _explain_whole_run(case: Case, attempt: Attempt) -> None:
 
 
 def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Case | None = None,
-           strict_nan: bool = False, plugins: Plugins | None = None) -> int:
+           strict_nan: bool = False, plugins: Plugins | None = None, call_timeout: float | None = None) -> int:
     if case is None:
         case = load(case_path)
     attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
-                          on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan)
+                          on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan,
+                          call_timeout=call_timeout)
     if attempt.status == "config-error":
         return usage_error("replay", attempt.text)
     _explain_whole_run(case, attempt)
@@ -185,14 +190,14 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, cas
 
 
 def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, verbose: bool = False,
-           strict_nan: bool = False, plugins: Plugins | None = None) -> int:
+           strict_nan: bool = False, plugins: Plugins | None = None, call_timeout: float | None = None) -> int:
     """Replay the case `times` times, each in a fresh process; print the first
     failure's report and how many failed. Exit 1 if any did."""
     failed: list[int] = []
     first: Attempt | None = None
     for i in range(times):
         attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
-                              strict_nan=strict_nan)
+                              strict_nan=strict_nan, call_timeout=call_timeout)
         if attempt.status == "config-error":
             return usage_error("replay", attempt.text)
         verdict = "passes" if attempt.status == "pass" else ("crashes" if attempt.crashed else "fails")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,6 +19,17 @@ from typing import Any
 from blocktable.plugin import KV_KINDS, V2_KINDS, Plugins
 
 _CALLS: Counter[str] = Counter()
+# A double shared with the parent (run/child.py): when the kernel call under way
+# started (time.monotonic()), 0 between calls. The parent's watchdog reads it.
+_heartbeat: Any = None
+# --call-timeout's default: longer than any call of ours takes, compiling included.
+DEFAULT_CALL_TIMEOUT_S = 300.0
+
+
+def watch(heartbeat: Any) -> None:
+    """Stamp every counted call's start into `heartbeat` (a shared double)."""
+    global _heartbeat
+    _heartbeat = heartbeat
 
 
 def counted(kind: str, kernel: Callable) -> Callable:
@@ -25,7 +37,14 @@ def counted(kind: str, kernel: Callable) -> Callable:
     @functools.wraps(kernel)
     def call(*args: Any, **kwargs: Any) -> Any:
         _CALLS[kind] += 1
-        return kernel(*args, **kwargs)
+        beat = _heartbeat
+        if beat is None:
+            return kernel(*args, **kwargs)
+        beat.value = time.monotonic()
+        try:
+            return kernel(*args, **kwargs)
+        finally:
+            beat.value = 0.0
 
     return call
 

@@ -32,8 +32,22 @@ class ChildOutcome:
     timed_out: bool = False  # stopped at `until` (run_in_child) before it sent its result
 
 
-def _entry(target: Target, job: Job, messages: Any) -> None:
+HUNG_EXIT = -1000  # not a real exit status: the watchdog stopped a kernel call that did not return
+
+
+def _entry(target: Target, job: Job, messages: Any, heartbeat: Any) -> None:
+    from blocktable.properties.run.calls import watch
+
+    watch(heartbeat)
     target(job, messages.put)
+
+
+def hung(heartbeat: Any, call_timeout: float | None) -> bool:
+    """Whether the kernel call under way (if any) has run past `call_timeout`."""
+    import time
+
+    started = heartbeat.value
+    return bool(call_timeout) and started > 0 and time.monotonic() - started > call_timeout
 
 
 @contextlib.contextmanager
@@ -69,11 +83,12 @@ def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None]
 
     context = multiprocessing.get_context("spawn")  # no forked CUDA state, a fresh TRITON_INTERPRET
     messages = context.Queue()
-    process = context.Process(target=_entry, args=(target, job, messages), daemon=True)
+    heartbeat = context.RawValue("d", 0.0)  # no lock: no semaphore to leak when the child is killed
+    process = context.Process(target=_entry, args=(target, job, messages, heartbeat), daemon=True)
     with sigint_ignored():
         process.start()
     result = None
-    timed_out = False
+    timed_out = stuck = False
     try:
         while True:
             try:
@@ -84,6 +99,9 @@ def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None]
                 if until is not None and time.monotonic() >= until:
                     timed_out = True
                     break
+                if hung(heartbeat, job.call_timeout):
+                    stuck = True
+                    break
                 continue
             if isinstance(message, Result):
                 result = message
@@ -92,16 +110,21 @@ def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None]
     finally:
         stop(process)
         messages.close()
+    if stuck and result is None:
+        return ChildOutcome(None, HUNG_EXIT)
     return ChildOutcome(result, process.exitcode, timed_out and result is None)
 
 
-def describe_exit(exitcode: int | None) -> str:
+def describe_exit(exitcode: int | None, call_timeout: float | None = None) -> str:
     import signal
 
     from blocktable.properties.fault import DEVICE_FAULT_EXIT
 
     if exitcode is None:
         return "did not exit"
+    if exitcode == HUNG_EXIT:
+        within = f"{call_timeout:g} s" if call_timeout else "the call timeout"
+        return f"had a kernel call that did not return within {within} (--call-timeout), and was stopped"
     if exitcode == DEVICE_FAULT_EXIT:
         return "hit a device fault (an illegal memory access or the like, which poisons the process)"
     if exitcode < 0:

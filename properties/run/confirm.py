@@ -35,7 +35,7 @@ class Attempt:
 def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[str, Any] | None = None,
                    whole_run: bool = False, verbose: bool = False, kv: dict[str, str] | None = None,
                    on_log: Callable[[str], None] | None = None, strict_nan: bool = False,
-                   until: float | None = None) -> Attempt:
+                   until: float | None = None, call_timeout: float | None = None) -> Attempt:
     """Replay the case at `case_path` (or `case_data`, the file not yet written) in a
     fresh process, its journal in a scratch folder so that a crash is reported too;
     stopped at `until` (time.monotonic()), a "timeout"."""
@@ -46,14 +46,15 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
     with tempfile.TemporaryDirectory() as scratch:
         journal = Path(scratch) / "journal.jsonl"
         job = Job(kernel, device=device, case=str(case_path), case_data=case_data, whole_run=whole_run,
-                  verbose=verbose, journal=str(journal), kv=dict(kv or {}), strict_nan=strict_nan)
+                  verbose=verbose, journal=str(journal), kv=dict(kv or {}), strict_nan=strict_nan,
+                  call_timeout=call_timeout)
         outcome = run_in_child(replay_child, job, on_message, until)
         result = outcome.result
         if outcome.timed_out:
             return Attempt("timeout", text="the time limit (--minutes) came before the replay finished",
                            whole_run=whole_run)
         if result is None:
-            case, message, where = crash_case(journal, outcome.exitcode)
+            case, message, where = crash_case(journal, outcome.exitcode, call_timeout)
             if case is None:
                 return Attempt("fail", text=message, crashed=True, whole_run=whole_run)
             return Attempt("fail", crash_report(case, message, case_path, where, device), crashed=True,
@@ -67,26 +68,28 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
 
 def replay_case(case: Case, kernel: str, device: str, case_path: Path, verbose: bool = False,
                 kv: dict[str, str] | None = None, on_log: Callable[[str], None] | None = None,
-                strict_nan: bool = False) -> Attempt:
+                strict_nan: bool = False, call_timeout: float | None = None) -> Attempt:
     """What `blocktable replay` runs once: the case in a fresh process and, if that
     passes and the case keeps the whole run that found it (it did not fail alone in
     a fresh process when found), the whole run in another."""
-    attempt = replay_attempt(kernel, device, case_path, verbose=verbose, kv=kv, on_log=on_log, strict_nan=strict_nan)
+    attempt = replay_attempt(kernel, device, case_path, verbose=verbose, kv=kv, on_log=on_log, strict_nan=strict_nan,
+                             call_timeout=call_timeout)
     if attempt.status != "pass" or case.whole_run is None:
         return attempt
     return replay_attempt(kernel, device, case_path, whole_run=True, verbose=verbose, kv=kv, on_log=on_log,
-                          strict_nan=strict_nan)
+                          strict_nan=strict_nan, call_timeout=call_timeout)
 
 
 def confirm(case: Case, path: Path, kernel: str, device: str,
-            on_stage: Callable[[str], None] | None = None, until: float | None = None) -> Confirmation:
+            on_stage: Callable[[str], None] | None = None, until: float | None = None,
+            call_timeout: float | None = None) -> Confirmation:
     """Replay a case (its file not yet written) in a fresh process and, if it passes
     there and keeps the whole run that found it, the whole run in another; each
     stopped at `until` (time.monotonic()), when given."""
     data = case.to_json()
     if on_stage is not None:
         on_stage("replaying the case in a fresh process")
-    alone = replay_attempt(kernel, device, path, case_data=data, until=until)
+    alone = replay_attempt(kernel, device, path, case_data=data, until=until, call_timeout=call_timeout)
     if alone.status == "timeout":
         return Confirmation(False, None, "not confirmed: the time limit (--minutes) came before the replay in a "
                                          "fresh process finished")
@@ -95,7 +98,8 @@ def confirm(case: Case, path: Path, kernel: str, device: str,
     if not reproduced and case.whole_run is not None:
         if on_stage is not None:
             on_stage("replaying the whole run that found it in a fresh process")
-        whole = replay_attempt(kernel, device, path, case_data=data, whole_run=True, until=until)
+        whole = replay_attempt(kernel, device, path, case_data=data, whole_run=True, until=until,
+                               call_timeout=call_timeout)
         whole_reproduced = None if whole.status == "timeout" else whole.status == "fail"
     if reproduced:
         note = "fails again when replayed alone in a fresh process"

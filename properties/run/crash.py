@@ -25,7 +25,7 @@ from typing import Any
 
 from blocktable.properties.cases.case import Case, provenance
 from blocktable.properties.report.describe import config_text
-from blocktable.properties.run.child import describe_exit, sigint_ignored
+from blocktable.properties.run.child import HUNG_EXIT, describe_exit, hung, sigint_ignored
 from blocktable.properties.run.journal import Journal
 from blocktable.properties.run.messages import Answer, Job, Message, Ready
 from blocktable.properties.run.prepare import prepare
@@ -37,8 +37,11 @@ ANSWER_TIMEOUT_S = 120.0  # one replay; longer counts as "did not crash"
 TIMED_OUT = Answer(passed=True)  # what a replay that outlasts ANSWER_TIMEOUT_S counts as (compared by identity)
 
 
-def _replayer(job: Job, programs: Any, answers: Any) -> None:
+def _replayer(job: Job, programs: Any, answers: Any, heartbeat: Any) -> None:
     """The child: replay each program it is sent, journaling every step first."""
+    from blocktable.properties.run.calls import watch
+
+    watch(heartbeat)
     ready = prepare(job, answers.put)
     if ready is None:
         return
@@ -70,8 +73,10 @@ class Replayer:
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         self._programs, self._answers = context.Queue(), context.Queue()
-        self._process = context.Process(target=_replayer, args=(self.job, self._programs, self._answers),
-                                         daemon=True)
+        self._heartbeat = context.RawValue("d", 0.0)
+        self._hung = False
+        self._process = context.Process(target=_replayer, args=(self.job, self._programs, self._answers,
+                                                                 self._heartbeat), daemon=True)
         with sigint_ignored():
             self._process.start()
         self.children_started += 1
@@ -88,6 +93,11 @@ class Replayer:
                 return self._answers.get(timeout=0.2)
             except queue.Empty:
                 if not self._process.is_alive():
+                    return None
+                if hung(self._heartbeat, self.job.call_timeout):  # a hang is this crash's kind of death
+                    self._process.kill()
+                    self._process.join()
+                    self._hung = True
                     return None
         self._process.kill()
         self._process.join()
@@ -106,7 +116,7 @@ class Replayer:
                 self._process = None
             return None
         self._process.join()
-        exitcode, self._process = self._process.exitcode, None
+        exitcode, self._process = (HUNG_EXIT if self._hung else self._process.exitcode), None
         _, steps = Journal.read(self.journal)
         return exitcode, steps
 
@@ -220,14 +230,15 @@ def shrink_crash(job: Job, world: dict[str, Any], program: Program, exitcode: in
 # -- the case a crash journal leaves ----------------------------------------------------
 
 
-def crash_case(journal: Path, exitcode: int | None) -> tuple[Case | None, str, str]:
+def crash_case(journal: Path, exitcode: int | None, call_timeout: float | None = None) -> tuple[Case | None, str, str]:
     """A case from the journal of a child that died mid-step: (case, what happened,
     the device it ran on). The case is None where there is nothing to replay: a
     stateless batch, or a death before the first step."""
     try:
         header, steps = Journal.read(journal)
     except (OSError, ValueError):
-        return None, f"blocktable: the process running the kernel {describe_exit(exitcode)} before its first step", \
+        return None, f"blocktable: the process running the kernel {describe_exit(exitcode, call_timeout)} before " \
+                     f"its first step", \
             "unknown"
     if header.get("kind") == "stateless-batch":
         return None, stateless_crash(header, exitcode), header.get("device", "unknown")
@@ -240,12 +251,12 @@ def crash_case(journal: Path, exitcode: int | None) -> tuple[Case | None, str, s
     device = header.get("device", "unknown")
     case.provenance = provenance(device, exitcode=exitcode, backend=device,
                                  **({"replay_device": header["replay_device"]} if "replay_device" in header else {}))
-    return case, describe_crash(case, exitcode), device
+    return case, describe_crash(case, exitcode, call_timeout), device
 
 
-def describe_crash(case: Case, exitcode: int | None) -> str:
+def describe_crash(case: Case, exitcode: int | None, call_timeout: float | None = None) -> str:
     """Set the case's failure record from its (possibly shrunk) program; return the message."""
-    how = describe_exit(exitcode)
+    how = describe_exit(exitcode, call_timeout)
     steps = case.program
     if case.kind in ("slot-call", "kv-call"):
         where = f"while running {(case.call or {}).get('name', 'a stateless call')}"

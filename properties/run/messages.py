@@ -53,6 +53,8 @@ class Job:
     # `deadline`; Hypothesis's shrinking of a finding stops at `shrink_deadline`.
     deadline: float | None = None
     shrink_deadline: float | None = None
+    # Seconds a kernel call may take before the parent stops the child as hung; None: no watchdog.
+    call_timeout: float | None = None
 
     def journal_path(self) -> Path:
         """The crash journal, which the children that fuzz or shrink must be given."""

@@ -43,14 +43,14 @@ class Display:
 
 
 def confirm_and_save(failure: Failure, kernel: str, device: str, display: Display,
-                     until: float | None = None) -> Report:
+                     until: float | None = None, call_timeout: float | None = None) -> Report:
     """Confirm the child's case in a fresh process and write its file with the verdict
     (and the whole run when it did not repeat alone); the report, with the verdict.
     `until`: the time limit's end (run/budget.py)."""
     path = Path(failure.case)
     case = Case.from_json(failure.case_data)
     with display.activity("confirming", "replaying the case in a fresh process") as update:
-        confirmation = confirm(case, path, kernel, device, on_stage=update, until=until)
+        confirmation = confirm(case, path, kernel, device, on_stage=update, until=until, call_timeout=call_timeout)
     finish(case, confirmation, path.parent)
     return dataclasses.replace(failure.report, confirmation=confirmation)
 
@@ -70,7 +70,7 @@ def crashed(job: Job, journal: Path, exitcode: int | None, device: str, out: Pat
     """The child died mid-step: a case from the journal, shrunk, confirmed, saved.
     The journal stays beside it: the crash as it happened, before shrinking.
     `until`: the time limit's end; shrinking stops at the child's shrink deadline."""
-    case, message, where = crash_case(journal, exitcode)
+    case, message, where = crash_case(journal, exitcode, job.call_timeout)
     if case is None:
         return Crash(message)
     if case.kind == "lockstep":
@@ -85,7 +85,8 @@ def crashed(job: Job, journal: Path, exitcode: int | None, device: str, out: Pat
             message = _shrink(case, job, exitcode, shrink_seconds, display)
     path = case.path_in(out)
     with display.activity("confirming", "replaying the case in a fresh process") as update:
-        confirmation = confirm(case, path, job.kernel, device, on_stage=update, until=until)
+        confirmation = confirm(case, path, job.kernel, device, on_stage=update, until=until,
+                               call_timeout=job.call_timeout)
     finish(case, confirmation, out)
     # The replay line names the device it died on, not "auto".
     report = crash_report(case, message, path, where, case.provenance.get("replay_device", device))
@@ -108,7 +109,7 @@ def _shrink(case: Case, job: Job, exitcode: int | None, seconds: float, display:
     else:
         display.note("the crash did not repeat when its program was replayed in a fresh process; "
                      "the case keeps the program as it ran (flaky or order-dependent)")
-    message = describe_crash(case, exitcode)
+    message = describe_crash(case, exitcode, job.call_timeout)
     case.failure["found_with_steps"] = found
     return message
 

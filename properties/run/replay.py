@@ -18,6 +18,7 @@ from blocktable.properties.kv.call import run_kv_call
 from blocktable.properties.lockstep.driver import Lockstep
 from blocktable.properties.outcome import Outcome
 from blocktable.properties.report.describe import describe_step
+from blocktable.properties.run.calls import counted, counting
 from blocktable.properties.run.child import Send
 from blocktable.properties.run.failure import describe_failure
 from blocktable.properties.run.journal import Journal
@@ -97,8 +98,9 @@ def replay_child(job: Job, send: Send) -> None:
         return
     kind = kv_kind_of(job)
     try:
-        kv_kernel = plugin.load_kv(kind, job.kernel) if kind else None
-        kernels = None if kind else plugins_for(job.kernel, job.kv, backend, v2=job.v2)
+        # Counted, so that the parent's watchdog sees a call that does not return (run/calls.py).
+        kv_kernel = counted(f"kv-{kind}", plugin.load_kv(kind, job.kernel)) if kind else None
+        kernels = None if kind else counting(plugins_for(job.kernel, job.kv, backend, v2=job.v2))
     except plugin.PluginError as e:
         config_error(send, e)
         return
@@ -117,7 +119,7 @@ def replay_child(job: Job, send: Send) -> None:
     kv, v2 = {**case.kv, **job.kv}, {**case.v2, **job.v2}
     if kernels is not None and (kv != job.kv or v2 != job.v2):
         try:
-            kernels = plugins_for(job.kernel, kv, backend, v2=v2)
+            kernels = counting(plugins_for(job.kernel, kv, backend, v2=v2))
         except plugin.PluginError as e:
             send(Result("config-error", message=str(e)))
             return

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
-from blocktable.properties.run.child import Target, sigint_ignored
+from blocktable.properties.run.child import HUNG_EXIT, Target, hung, sigint_ignored
 from blocktable.properties.run.messages import Job, Message, Progress, Result
 
 # Thread pools of the libraries a worker loads: one thread each.
@@ -139,8 +139,11 @@ def one_thread() -> None:
         pass
 
 
-def _worker(target: Target, job: Job, connection: Connection) -> None:
+def _worker(target: Target, job: Job, connection: Connection, heartbeat: Any) -> None:
+    from blocktable.properties.run.calls import watch
+
     one_thread()
+    watch(heartbeat)
     target(job, connection.send)
 
 
@@ -171,19 +174,28 @@ def run_workers(target: Target, jobs: list[Job], places: list[Placement],
     (a failure, a configuration error, or a death), None if all passed."""
     context = multiprocessing.get_context("spawn")  # no forked CUDA state, a fresh TRITON_INTERPRET
     processes: list[Any] = []
+    heartbeats: list[Any] = []  # each worker's kernel call under way (run/calls.py)
     readers: dict[Connection, int] = {}
     outcomes = [WorkerOutcome(i) for i in range(len(jobs))]
     first: int | None = None
     try:
         for i, (job, place) in enumerate(zip(jobs, places)):
             reader, writer = context.Pipe(duplex=False)
-            process = context.Process(target=_worker, args=(target, job, writer), daemon=True)
+            heartbeats.append(context.RawValue("d", 0.0))
+            process = context.Process(target=_worker, args=(target, job, writer, heartbeats[-1]), daemon=True)
             with _inherited(place), sigint_ignored():
                 process.start()
             writer.close()  # the worker holds the only write end: its exit ends the stream
             processes.append(process)
             readers[reader] = i
         while readers and first is None:
+            stuck = next((i for i in readers.values() if hung(heartbeats[i], jobs[i].call_timeout)), None)
+            if stuck is not None:  # a kernel call that does not return: that worker's finding
+                processes[stuck].kill()
+                processes[stuck].join()
+                outcomes[stuck].exitcode = HUNG_EXIT
+                first = stuck
+                break
             for ready in wait(list(readers), timeout=1.0):
                 reader = cast(Connection, ready)  # wait() hands back the connections it was given
                 i = readers[reader]
@@ -242,4 +254,5 @@ def _finish(first: int, processes: list[Any], outcomes: list[WorkerOutcome], rea
         elif on_message is not None:
             on_message(first, message)
     processes[first].join()
-    outcomes[first].exitcode = processes[first].exitcode
+    if outcomes[first].exitcode != HUNG_EXIT:
+        outcomes[first].exitcode = processes[first].exitcode
