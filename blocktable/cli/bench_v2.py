@@ -46,7 +46,7 @@ GPU_SHAPES = [
     Shape("mixed-4x1024+252", 256, 8192, groups=4, prefills=4, prefill_tokens=1024, dummies=4, resumed=2),
     Shape("prefill-8x2048", 8, 8192, groups=4, prefills=8, prefill_tokens=2048, pad_requests=0,
           max_tokens=16384),
-    Shape("1024x2048", 1024, 2048, groups=4, min_context=2048, dummies=8, resumed=8),
+    Shape("1024x2048-context", 1024, 2048, groups=4, min_context=2048, dummies=8, resumed=8),
     Shape("decode-1024", 1024, 16384, groups=4, dummies=8, resumed=8, cp=(4, 1, 1)),
 ]
 QUICK_SHAPES = [GPU_SHAPES[i] for i in (0, 1, 4, 6)]
