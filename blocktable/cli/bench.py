@@ -71,7 +71,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="time the slot-mapping, KV and V2 block-table kernels side by side (GPU)",
                        description=__doc__)
     p.add_argument("--quick", action="store_true",
-                   help="four shapes instead of seven (on a GPU; without one, two tiny shapes either way)")
+                   help="four slot-mapping shapes instead of seven and four V2 steps instead of eight (on a GPU; "
+                        "without one, tiny shapes either way)")
     p.add_argument("--kernel", action="append", default=[], metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
                    help="a further kernel to time beside ours (repeatable)")
     p.add_argument("--device", default="auto", choices=CHOICES)

@@ -209,7 +209,9 @@ def describe(row: V2Row) -> str:
 
 
 def render_markdown(rows: list[V2Row], device: str, timed: bool) -> str:
-    lines = [f"Device: {device}.", "" if timed else
+    lines = [f"Device: {device}.",
+             "Times: medians of CUDA-graph replays, or of plain launches where `timed as` says so. GB/s: the "
+             "bytes a call must move at least. vs torch: the torch-native time over this one." if timed else
              "No GPU: interpreter wall times, not timings; no bandwidth and no ratio are computed.", ""]
     if not timed:
         lines += ["| case | op | kernel | interpreter wall µs | note |", "| --- | --- | --- | --- | --- |"]
