@@ -223,7 +223,7 @@ def call_size(call: dict[str, Any]) -> int:
 # -- shrinking a failing call ---------------------------------------------------------
 
 NEIGHBOURHOOD = 4  # appends or requests on each side of the failing one
-ROUNDS = 8
+ROUNDS = 12
 
 
 def keep_groups(call: dict[str, Any], groups: list[int]) -> dict[str, Any]:
@@ -266,6 +266,9 @@ def _append_candidates(call: dict[str, Any], d: V2Element | None) -> list[dict[s
                             appends=[appends[k] for k in _around(j, len(appends))]))
     if d is not None:
         out.append(dict(call, name="stateless-append-slot", appends=[a for a in appends if a["slot"] == d.slot]))
+        if len(appends) <= 16:  # one append fewer
+            out += [dict(call, name="stateless-append-fewer", appends=appends[:j] + appends[j + 1:])
+                    for j in range(len(appends))]
         return out
     # No element to go by (the kernel raised): one append at a time, then halves.
     if len(appends) == 1:
