@@ -88,7 +88,7 @@ def _kernel(case: Case, kernel: str | None, v2: dict[str, str]) -> tuple[str, di
     """(the kernel the replay runs, the V2 plug-ins that replace the case's). A kv-call
     or v2-call case's kernel is a plug-in of its call's op: --kernel replaces it, and
     for a v2-call so does the --v2-* flag of that op."""
-    op = (case.call or {}).get("op")
+    op = str((case.call or {}).get("op"))
     if case.kind == "v2-call":
         others = [kind for kind in v2 if kind != op]
         if others:

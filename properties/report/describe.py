@@ -71,6 +71,10 @@ def kv_call_text(call: dict[str, Any]) -> str:
     return f"{head}; {N} requests, {c['cu_lens'][-1]} tokens, {c['out_rows']} output rows"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def v2_call_text(call: dict[str, Any]) -> str:
     """One V2 block-table call (v2/call.py), one line."""
     c = call["config"]
@@ -79,16 +83,16 @@ def v2_call_text(call: dict[str, Any]) -> str:
         for k, b, m, s, e in zip(c["block_sizes"], c["kernel_block_sizes"], c["max_num_blocks_per_group"],
                                  c["dcp_sharded"], c["slot_mapping_enabled"]))
     dcp = f", DCP W={c['cp_size']} R={c['cp_rank']} I={c['cp_interleave']}" if c["cp_size"] > 1 else ""
-    G = len(c["block_sizes"])
-    head = (f"v2-{call['op']} {call.get('name', '')}: {G} group{'s' if G != 1 else ''} ({groups}), "
+    head = (f"v2-{call['op']} {call.get('name', '')}: {_count(len(c['block_sizes']), 'group')} ({groups}), "
             f"Rmax {c['max_num_reqs']}, Tmax {c['max_num_batched_tokens']}{dcp}")
     if call["op"] == "append":
         appends = call["appends"]
         overwrites = sum(a["overwrite"] for a in appends)
-        return f"{head}; {len(appends)} appends ({overwrites} overwrites) to {len({a['slot'] for a in appends})} slots"
+        return (f"{head}; {_count(len(appends), 'append')} ({_count(overwrites, 'overwrite')}) to "
+                f"{_count(len({a['slot'] for a in appends}), 'slot')}")
     N = len(call["idx_mapping"])
     dummies = sum(r < 0 for r in call["idx_mapping"])
-    batch = f"{N} batch position{'s' if N != 1 else ''} ({dummies} dummies, {call['idx_dtype']} idx_mapping)"
+    batch = f"{_count(N, 'batch position')} ({dummies} -1 dummies, {call['idx_dtype']} idx_mapping)"
     if call["op"] == "gather":
         return f"{head}; {batch}, num_reqs_padded {call['num_reqs_padded']}"
     T = call["query_start_loc"][N]

@@ -171,7 +171,8 @@ def check_call(call: Any) -> dict[str, Any]:
     config = need("config", lambda v: isinstance(v, dict), "an object")
     for key in CONFIG_KEYS:
         if key in LIST_KEYS:
-            need(key, lambda v: isinstance(v, list) and v, "a list with one entry per group (at least one)", config)
+            need(key, lambda v: isinstance(v, list) and len(v) > 0, "a list with one entry per group (at least one)",
+                 config)
         else:
             need(key, lambda v: True, "", config)
     try:

@@ -57,13 +57,13 @@ def append_rows(call: dict[str, Any], plan: Plan, g: int) -> Callable[[tuple[int
         r, c = index
         covering = [i for i, (wg, wr, start, ids) in enumerate(plan.staged)
                     if wg == g and wr == r and start <= c < start + len(ids)]
+        count = int(plan.before.cnt_dev[g, r])
         if covering:
-            why = f"{_write_text(call, plan, covering[-1])} puts {expected} here"
+            why = f"{_write_text(call, plan, covering[-1])} puts {expected} here (cnt_dev was {count})"
             if len(covering) > 1:
                 why += (f"; it is the last of the writes {', '.join(map(str, covering))} that cover this column, "
                         f"and the later one wins")
         else:
-            count = int(plan.before.cnt_dev[g, r])
             kind = "an entry below the device count" if c < count else "a stale entry past the count"
             why = f"no staged write covers it: {kind} ({count}), it must keep what it held"
         return V2Element("rows", g, expected, actual, slot=r, column=c, why=why)

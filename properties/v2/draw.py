@@ -181,7 +181,8 @@ def draw_slots(rng: np.random.Generator, limits: Limits) -> dict[str, Any]:
     W = config["cp_size"]
     N = int(rng.integers(0, min(Rmax, limits.max_requests) + 1))
     budget = int(rng.integers(0, limits.max_tokens + 1))
-    qsl, positions = [0], []
+    qsl: list[int] = [0]
+    positions: list[int] = []
     for _ in range(N):
         kind = rng.random()
         n = 0 if kind < 0.1 else 1 if kind < 0.4 else int(rng.integers(1, 65)) if kind < 0.8 else \
