@@ -182,6 +182,7 @@ def _room(name: str) -> str:
 
 @pytest.mark.parametrize("room, forbidden", [("slot", ("lockstep", "run", "mutation", "cases", "report")),
                                              ("kv", ("lockstep", "run", "mutation", "cases", "report")),
+                                             ("v2", ("lockstep", "run", "mutation", "cases", "report")),
                                              ("report", ("run", "mutation")),
                                              ("cases", ("run", "mutation", "report")),
                                              ("lockstep", ("run", "mutation", "report", "cases"))])

@@ -2,7 +2,8 @@
 report. Exit 1 if it still fails, 0 if it now passes, 2 on a usage error.
 `--repeat N` replays it N times, each in a fresh process, and says how many failed
 (for races and kernels that keep state). `--emit-test DIR` writes a plain pytest
-regression test (plus a copy of the case)."""
+regression test (plus a copy of the case). `--v2-append/--v2-gather/--v2-slots SPEC`
+replay with another V2 block-table kernel (a fix) than the one the case recorded."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from blocktable.cli.common import (
     EXIT_PASS,
     UsageError,
     add_kernel_and_device,
+    add_v2_kernels,
     check_folder,
     console,
     normalize_kernel,
     normalize_kv,
+    normalize_v2,
     usage_error,
+    v2_specs,
 )
 from blocktable.plugin import KernelSpec
 from blocktable.properties.cases.case import Case, load
@@ -48,6 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="replay a case file; exit 1 while it still fails", description=__doc__)
     p.add_argument("case", type=Path, help="a case file written by blocktable fuzz")
     add_kernel_and_device(p, kernel_default=None)
+    add_v2_kernels(p)
     p.add_argument("--emit-test", type=Path, metavar="DIR", help="write a pytest regression test for the case into DIR")
     p.add_argument("--repeat", type=_positive, default=1, metavar="N",
                    help="replay N times, each in a fresh process, and report how many failed (default 1)")
@@ -61,9 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         case = load(args.case)  # checked against its schema before anything runs
-        spec = args.kernel or case.kernel
-        # A kv-call case's kernel is a KV kernel of the call's op (--kernel replaces it).
-        kernel = normalize_kv((case.call or {})["op"], spec) if case.kind == "kv-call" else normalize_kernel(spec)
+        v2 = v2_specs(args)
+        kernel, v2 = _kernel(case, args.kernel, v2)
         if args.emit_test is not None:
             check_folder(args.emit_test, "--emit-test")
     except (ValueError, UsageError) as e:
@@ -76,8 +80,25 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"wrote {path} (and {path.with_name(args.case.name)})", soft_wrap=True)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     if args.repeat > 1:
-        return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan)
-    return replay(args.case, kernel, args.device, verbose, case=case, strict_nan=args.strict_nan)
+        return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan, v2)
+    return replay(args.case, kernel, args.device, verbose, case=case, strict_nan=args.strict_nan, v2=v2)
+
+
+def _kernel(case: Case, kernel: str | None, v2: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """(the kernel the replay runs, the V2 plug-ins that replace the case's). A kv-call
+    or v2-call case's kernel is a plug-in of its call's op: --kernel replaces it, and
+    for a v2-call so does the --v2-* flag of that op."""
+    op = str((case.call or {}).get("op"))
+    if case.kind == "v2-call":
+        others = [kind for kind in v2 if kind != op]
+        if others:
+            raise UsageError(f"the case is one v2-{op} call: --v2-{others[0]} names a kernel it never calls")
+        return normalize_v2(op, v2.get(op) or kernel or case.kernel), {}
+    if v2 and case.kind != "lockstep":
+        raise UsageError(f"--v2-{next(iter(v2))} names a V2 block-table kernel, and a {case.kind} case calls none")
+    if case.kind == "kv-call":
+        return normalize_kv(op, kernel or case.kernel), v2
+    return normalize_kernel(kernel or case.kernel), v2
 
 
 def _text(attempt: Attempt) -> str:
@@ -91,11 +112,11 @@ def _explain_whole_run(case: Case, attempt: Attempt) -> None:
 
 
 def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, case: Case | None = None,
-           strict_nan: bool = False) -> int:
+           strict_nan: bool = False, v2: dict[str, str] | None = None) -> int:
     if case is None:
         case = load(case_path)
     attempt = replay_case(case, kernel, device, case_path, verbose,
-                          on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan)
+                          on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan, v2=v2)
     if attempt.status == "config-error":
         return usage_error("replay", attempt.text)
     _explain_whole_run(case, attempt)
@@ -114,13 +135,13 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, cas
 
 
 def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, verbose: bool = False,
-           strict_nan: bool = False) -> int:
+           strict_nan: bool = False, v2: dict[str, str] | None = None) -> int:
     """Replay the case `times` times, each in a fresh process; print the first
     failure's report and how many failed. Exit 1 if any did."""
     failed: list[int] = []
     first: Attempt | None = None
     for i in range(times):
-        attempt = replay_case(case, kernel, device, case_path, verbose, strict_nan=strict_nan)
+        attempt = replay_case(case, kernel, device, case_path, verbose, strict_nan=strict_nan, v2=v2)
         if attempt.status == "config-error":
             return usage_error("replay", attempt.text)
         verdict = "passes" if attempt.status == "pass" else ("crashes" if attempt.crashed else "fails")

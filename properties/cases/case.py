@@ -8,7 +8,9 @@ again in a fresh process before the file was written, and provenance. Two kinds:
 - "slot-call": one stateless slot-mapping call (config, query_start_loc,
   positions, block table, Tmax) with the reference's expected output;
 - "kv-call": one call of a KV kernel (docs/contract.md §9; kv/call.py says what it
-  holds); `kernel` is the KV plug-in under test.
+  holds); `kernel` is the KV plug-in under test;
+- "v2-call": one call of a V2 block-table kernel (docs/contract.md §10; v2/call.py
+  says what it holds); `kernel` is the V2 plug-in of the call's `op` under test.
 
 A failure that did not repeat in a fresh process also keeps the whole run that
 found it (`whole_run`): the contract examples and every lockstep program the
@@ -60,7 +62,7 @@ def provenance(device: str, **extra: Any) -> dict[str, Any]:
 
 @dataclass
 class Case:
-    kind: str  # "lockstep" | "slot-call" | "kv-call"
+    kind: str  # "lockstep" | "slot-call" | "kv-call" | "v2-call"
     kernel: str
     failure: dict[str, Any]
     world: WorldConfig | None = None
