@@ -44,6 +44,7 @@ KV_GATHER = "KV sequences gathered"
 V2_OVERWRITE = "V2 append with overwrite"
 V2_PERMUTED = "V2 batch permuted"
 V2_DUMMY = "V2 dummy entry (-1) in the batch"
+V2_DUMMY_TOKENS = "V2 dummy entry with tokens"
 V2_PADDED = "V2 batch padded"
 V2_ROW_FULL = "V2 row full to its width"
 V2_BLOCK_SIZES = "V2 groups with different block sizes"
@@ -63,4 +64,4 @@ LABELS: tuple[str, ...] = (
     *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
     HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, FRESH_HIT_IN_USE, FRESH_HIT_QUEUED,
     FRESH_EVICTS, FRESH_FITS_BY_IN_USE, FRESH_HITS_ONLY, KV_COPY, KV_FP8, KV_GATHER, V2_OVERWRITE, V2_PERMUTED,
-    V2_DUMMY, V2_PADDED, V2_ROW_FULL, V2_BLOCK_SIZES, V2_DCP, V2_SLOTS_OFF, V2_STALE)
+    V2_DUMMY, V2_DUMMY_TOKENS, V2_PADDED, V2_ROW_FULL, V2_BLOCK_SIZES, V2_DCP, V2_SLOTS_OFF, V2_STALE)

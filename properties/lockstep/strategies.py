@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 
 from hypothesis import strategies as st
@@ -163,14 +164,15 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     vocabulary = draw(vocabularies()) if prefix_caching else ()
     # One world in four, of every kind, keeps V2 block tables too, drawn last for the
     # same reason. §10 has one interleave for every group: under DCP the sharded
-    # groups take the first one's where it divides their block size, else 1.
+    # groups take the largest interleave that divides every one's block size: it
+    # passes B wherever a group is hybrid (P > 1), the case where allocation-block and
+    # kernel-block coordinates differ (vLLM #51031); the V1 worlds keep the variety.
     v2 = None
     if draw(_V2) == 0 and os.environ.get(V2_WORLDS_VARIABLE, "1") != "0":
         v2 = V2Config(tuple(draw(_SLOTS_OFF) != 0 for _ in groups) if len(groups) > 1 else ())
         sharded = [g for g in groups if g.sharded and W > 1]
         if sharded:
-            I = sharded[0].cp_interleave
-            I = I if all(g.kv_block_size % I == 0 for g in sharded) else 1
+            I = math.gcd(*(g.kv_block_size for g in sharded))
             groups = tuple(dataclasses.replace(g, cp_interleave=I) if g.sharded else g for g in groups)
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,

@@ -112,6 +112,8 @@ class V2World:
             state.event(events.V2_PERMUTED)
         if (batch.idx < 0).any():
             state.event(events.V2_DUMMY)
+        if any(batch.qsl[b + 1] > batch.qsl[b] for b in range(len(batch.idx)) if batch.idx[b] < 0):
+            state.event(events.V2_DUMMY_TOKENS)
         if N_pad > N:
             state.event(events.V2_PADDED)
         sent = upload(torch.from_numpy(np.concatenate([batch.idx.astype(np.int64), batch.qsl.astype(np.int64),
@@ -236,14 +238,27 @@ class Batch:
         rows = [state.rows[int(r)] for r in order]
         idx = np.array([slot[rid] if rid is not None else -1 for rid in rows],
                        dtype=np.int64 if state.steps_checked % 2 else np.int32)  # both dtypes §10.5 allows
-        chunks = np.diff(qsl)[order] if N else np.zeros(0, np.int64)
+        # A dummy may carry tokens of its own (a runner's padding requests do, vLLM
+        # #56734): up to two, where the token budget has room. They map to -1 and write
+        # nothing; their positions and values are arbitrary.
+        room = state.world.max_num_batched_tokens - len(positions)
+        chunks, parts, value_parts = [], [], []
+        for b, r in enumerate(order):
+            if rows[b] is None:
+                k = min((state.steps_checked + b) % 3, room)
+                room -= k
+                parts.append(np.arange(b, b + k, dtype=np.int64))
+                value_parts.append(np.zeros(k, dtype=np.int64))
+            else:
+                parts.append(positions[qsl[r]:qsl[r + 1]])
+                value_parts.append(values[qsl[r]:qsl[r + 1]])
+            chunks.append(len(parts[-1]))
         new_qsl = np.zeros(N + 1, dtype=np.int32)
         new_qsl[1:] = np.cumsum(chunks, dtype=np.int64)
-        take = np.concatenate([np.arange(qsl[r], qsl[r + 1], dtype=np.int64) for r in order]) if N \
-            else np.zeros(0, np.int64)
         T = int(new_qsl[-1])
         tokens_padded = min(state.world.max_num_batched_tokens, T + (N_pad - N))
-        return cls(order, idx, new_qsl, positions[take], values[take], tokens_padded, rows)
+        join = (lambda xs: np.concatenate(xs)) if N else (lambda xs: np.zeros(0, np.int64))
+        return cls(order, idx, new_qsl, join(parts), join(value_parts), tokens_padded, rows)
 
     def token_note(self, state: State, t: int) -> str:
         """Slot-mapping column t in the user's terms."""

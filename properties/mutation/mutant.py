@@ -17,3 +17,7 @@ class Mutant:
     kernel: str = "triton"
     env: dict[str, str] = field(default_factory=dict)
     equivalent: str | None = None
+    # Which fuzzing runs for it: the lockstep, or `fuzz --stateless` on these V2 kinds
+    # (ours, named as `env` picks them), for the paths one call exercises better than a
+    # program does (overlapping staged writes, say).
+    stateless_v2: tuple[str, ...] = ()

@@ -1,7 +1,11 @@
 """The gate's mutants of vLLM V2's block tables (docs/contract.md §10), killed in the
 lockstep's V2 worlds: our host-side `BlockTables` and its checks, the Triton kernels
 (run there with BLOCKTABLE_V2_KERNELS=triton: the interpreter otherwise runs the
-torch-native ones, for speed) and the torch-native kernels themselves."""
+torch-native ones, for speed) and the torch-native kernels themselves. Two run in the
+stateless V2 mode instead (`stateless_v2`): overlapping staged writes, which a program
+makes only through a fork followed at once by a copy on write, and DCP under an
+interleave that does not divide B, which a program reaches in about one world in
+twenty (the lockstep finds W10 too, in minutes rather than seconds)."""
 
 from __future__ import annotations
 
@@ -43,9 +47,9 @@ V2_MUTANTS: tuple[Mutant, ...] = (
            "stale columns zeroed: the gathered row's tail past the count cleared",
            env=TRITON_V2),
     Mutant("W07", "v2", V2_KERNELS,
-           "        K = tl.load(kv_blocks + g)\n",
-           "        K = tl.load(kv_blocks)\n",
-           "one group's block size used for every group's slot mapping",
+           "        B = tl.load(kernel_blocks + g)\n",
+           "        B = tl.load(kernel_blocks)\n",
+           "one group's kernel block size used for every group's slot mapping",
            env=TRITON_V2),
     Mutant("W08", "v2", V2_KERNELS,
            "    dst = int32_rows(inp_ptrs, g) + b.to(tl.int64) * tl.load(inp_strides + g)",
@@ -67,7 +71,7 @@ V2_MUTANTS: tuple[Mutant, ...] = (
            "        local = ((vbo // I) % W) == R\n        lofs = (vbo // (W * I)) * I + vbo % I"
            "  # l = vbi*K + lofs, lofs < K = P*B\n        col = vbi + lofs // B\n",
            "DCP ownership in kernel-block instead of allocation-block coordinates (vLLM #51031)",
-           env=TRITON_V2),
+           env=TRITON_V2, stateless_v2=("slots",)),
     Mutant("W11", "v2", V2_KERNELS,
            "    else:\n        for c0 in range(0, inp_width, COLS):",
            "    elif b >= num_reqs:\n        for c0 in range(0, inp_width, COLS):",
@@ -81,7 +85,8 @@ V2_MUTANTS: tuple[Mutant, ...] = (
     Mutant("W13", "v2", V2_TORCH,
            "        last[:-1] = ordered[1:] != ordered[:-1]\n        win = order[last]\n",
            "        last[1:] = ordered[1:] != ordered[:-1]\n        win = order[last]\n",
-           "overlapping staged writes: the earlier one wins (torch-native append)"),
+           "overlapping staged writes: the earlier one wins (torch-native append)",
+           stateless_v2=("append",)),
     Mutant("W14", "v2", V2_TORCH,
            "        gathered = torch.where(copied, source, dst[:n])",
            "        gathered = torch.where(copied, source, 0)",

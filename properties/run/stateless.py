@@ -204,9 +204,11 @@ def v2_stateless_child(job: Job, send: Send) -> None:
                            "batch": calls + 1, "seed": job.seed, "call": v2_call_text(call), "flags": flags})
             outcome = run_v2_call(call, kernel, device)
             if not outcome.passed:
+                found = time.monotonic()
                 shrunk = v2_draw.shrink(call, outcome.error, kernel, device)
                 case = Case("v2-call", spec, {}, call=shrunk,
                             provenance=provenance(described, seed=job.seed, mode="stateless"))
+                stats.first_failure_s, stats.examples_to_failure = found - start, done
                 stats.elapsed = time.monotonic() - start
                 journal.close()
                 send_failure(send, case, run_v2_call(shrunk, kernel, device), backend, Path(job.out or "."), stats,
