@@ -137,16 +137,18 @@ def append(rows, cnt_dev, cnt, staged_group, staged_row, staged_start, staged_id
 '''
 
 
+@pytest.mark.interpreted_loops
 def test_a_plug_in_that_differs_is_refused_before_timing_and_one_that_agrees_is_timed(tmp_path):
     for name, source in (("zero_tail.py", STALE_TAIL_ZEROED), ("torch_slots.py", TORCH_SLOTS),
                          ("refuses.py", REFUSES)):
         (tmp_path / name).write_text(source)
     out = tmp_path / "out"
     # A fresh process: the interpreter must be chosen before any kernel module loads.
+    # Not in the checkout's root, where `-m` would import its bare blocktable/ folder.
     run = subprocess.run([sys.executable, "-m", "blocktable.cli.main", "bench", "--device", "cpu", "--suite", "v2",
                           "--v2-gather", f"{tmp_path}/zero_tail.py:gather", "--v2-slots",
                           f"{tmp_path}/torch_slots.py:slots", "--v2-append", f"{tmp_path}/refuses.py:append",
-                          "--out", str(out)], capture_output=True, text=True, timeout=600)
+                          "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert run.stdout.startswith("WARNING: No GPU")
     rows = json.loads((out / "results.json").read_text())["v2_rows"]
