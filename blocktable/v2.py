@@ -7,6 +7,9 @@ docs/plugins.md ("vLLM's V2 block tables"), collected in a `V2Kernels`; ours (`T
 blocktable.kernels.v2) by default, the torch-native twins in blocktable.v2_torch.
 They trust their arguments: `BlockTables` checks every call first
 (blocktable.v2_checks), and a rejected call changes nothing.
+
+triton is imported only with the kernels, after the backend is chosen (blocktable/device.py):
+importing it earlier, before TRITON_INTERPRET is set, breaks the interpreter for every kernel.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import triton
 
 from blocktable.checks import data_checks_enabled
 from blocktable.device import Backend, check_tensor, current, to_host, upload
@@ -62,7 +64,7 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
 
 def _columns(widths: Sequence[int]) -> int:
     """The column tile: the widest row's next power of two, 16 to TILE."""
-    return min(TILE, max(16, triton.next_power_of_2(max(widths, default=1))))
+    return min(TILE, max(16, 1 << (max(max(widths, default=1), 1) - 1).bit_length()))
 
 
 def _check_rows(name: str, tables: Sequence[torch.Tensor]) -> None:
@@ -81,7 +83,7 @@ def append_triton(rows: Sequence[torch.Tensor], cnt_dev: torch.Tensor, cnt: torc
         return
     _check_rows("rows", rows)
     S, Rmax = staged_group.numel(), cnt_dev.shape[1]
-    grid = (S + triton.cdiv(G * Rmax, TILE),)
+    grid = (S + -(-(G * Rmax) // TILE),)
     if grid[0] == 0:
         return
     table = group_table(cnt_dev.device, [t.data_ptr() for t in rows], [t.stride(0) for t in rows],

@@ -4,7 +4,9 @@
 # swapped, so that neither the host nor the cores favour one of them.
 #
 # usage: ci/side_by_side.sh REV_A REV_B [MINUTES] [SEED]
-#   REV_A, REV_B: git revisions of this repository (the working tree: "WORKTREE")
+#   REV_A, REV_B: git revisions of this repository, the working tree ("WORKTREE"), or a
+#                 folder holding another checkout's blocktable/ reference/ kernels/ properties/
+#                 (for a machine that has no git history, such as a GPU host's copy)
 #   A_ENV, B_ENV: optional environment settings for each side, for example
 #                 A_ENV="BLOCKTABLE_PREFIX_WORLDS=0" (the same revision without prefix caching)
 #   CORES_A, CORES_B: the two core sets (default 2-3 and 4-5); DEVICE: cuda (default) or cpu
@@ -19,6 +21,7 @@ tree() {  # REV DEST: the package laid out as installed (blocktable/ with its th
   mkdir -p "$work/src-$2" "$work/$2"
   # shellcheck disable=SC2086
   if [ "$1" = WORKTREE ]; then cp -r $folders "$work/src-$2/"
+  elif [ -d "$1" ]; then (cd "$1" && cp -r $folders "$work/src-$2/")
   else git archive "$1" $folders | tar -x -C "$work/src-$2"; fi
   cp -r "$work/src-$2/blocktable" "$work/$2/blocktable"
   for sub in reference kernels properties; do cp -r "$work/src-$2/$sub" "$work/$2/blocktable/$sub"; done

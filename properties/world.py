@@ -54,6 +54,20 @@ class KVConfig:
 
 
 @dataclass(frozen=True)
+class V2Config:
+    """A world that keeps vLLM V2's block tables (docs/contract.md §10) beside the V1
+    ones, on both sides, one `BlockTables` per DCP rank as each rank's worker holds
+    them: the same requests' blocks staged per step, gathered in a permuted batch order
+    and mapped to slots for every group in one launch. `slot_mapping_enabled`: per
+    group; a group switched off maps no token (its slots are all -1)."""
+
+    slot_mapping_enabled: tuple[bool, ...] = ()
+
+    def enabled(self, num_groups: int) -> list[bool]:
+        return list(self.slot_mapping_enabled) if self.slot_mapping_enabled else [True] * num_groups
+
+
+@dataclass(frozen=True)
 class WorldConfig:
     groups: tuple[GroupConfig, ...] = field(default_factory=lambda: (GroupConfig(16, 16),))
     cp_world_size: int = 1  # W, shared by every sharded group
@@ -71,6 +85,7 @@ class WorldConfig:
     # are written in (empty: the symbols are the ids, as in worlds saved before).
     fresh_admission: bool = False
     vocabulary: tuple[int, ...] = ()
+    v2: V2Config | None = None  # docs/contract.md §10: V2 block tables kept beside the V1 ones
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -91,6 +106,18 @@ class WorldConfig:
         if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < INT32_MAX for t in self.vocabulary) \
                 or len(set(self.vocabulary)) != len(self.vocabulary):
             raise ValueError(f"vocabulary: distinct token ids in [0, 2**31 - 1) expected, got {list(self.vocabulary)}")
+        if self.v2 is not None:
+            flags = self.v2.slot_mapping_enabled
+            if flags and (len(flags) != len(self.groups) or any(not isinstance(f, bool) for f in flags)):
+                raise ValueError(f"v2 slot_mapping_enabled: one true or false per group, got {list(flags)}")
+            # §10 has one interleave for every group: a world's sharded groups must agree.
+            interleaves = {g.cp_interleave for g in self.groups if g.sharded and self.cp_world_size > 1}
+            if len(interleaves) > 1:
+                raise ValueError(f"a V2 world's sharded groups share one cp_interleave, got {sorted(interleaves)}")
+
+    def v2_interleave(self) -> int:
+        """The one cp_interleave of a V2 world (1 where no group is sharded over DCP)."""
+        return next((g.cp_interleave for g in self.groups if g.sharded and self.cp_world_size > 1), 1)
 
     def layout(self, g: GroupConfig) -> GroupLayout:
         return GroupLayout(g.kv_block_size, g.kernel_block_size, sharded=g.sharded,
@@ -101,7 +128,7 @@ class WorldConfig:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        for name in ("fresh_admission", "vocabulary"):  # written only when set: older files stay as they were
+        for name in ("fresh_admission", "vocabulary", "v2"):  # written only when set: older files stay as they were
             if not data[name]:
                 del data[name]
         return data
@@ -114,6 +141,8 @@ class WorldConfig:
             data["kv"] = KVConfig(**data["kv"])
         if "vocabulary" in data:
             data["vocabulary"] = tuple(data["vocabulary"])
+        if data.get("v2") is not None:
+            data["v2"] = V2Config(tuple(data["v2"].get("slot_mapping_enabled", ())))
         return cls(**data)
 
     def describe(self) -> str:
@@ -130,4 +159,11 @@ class WorldConfig:
                 f"{'; prefix caching' if self.prefix_caching else ''}"
                 f"{' (fresh blocks on admission)' if self.fresh_admission else ''}"
                 f"{f', token ids {list(self.vocabulary)}' if self.vocabulary else ''}"
-                f"{'; ' + self.kv.describe() if self.kv else ''}")
+                f"{'; ' + self.kv.describe() if self.kv else ''}"
+                f"{'; ' + self._v2_text() if self.v2 is not None else ''}")
+
+    def _v2_text(self) -> str:
+        assert self.v2 is not None
+        off = [g for g, on in enumerate(self.v2.enabled(len(self.groups))) if not on]
+        return "V2 block tables" + (f" (slot mapping off in group{'s' if len(off) > 1 else ''} "
+                                    f"{', '.join(map(str, off))})" if off else "")

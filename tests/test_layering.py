@@ -182,6 +182,7 @@ def _room(name: str) -> str:
 
 @pytest.mark.parametrize("room, forbidden", [("slot", ("lockstep", "run", "mutation", "cases", "report")),
                                              ("kv", ("lockstep", "run", "mutation", "cases", "report")),
+                                             ("v2", ("lockstep", "run", "mutation", "cases", "report")),
                                              ("report", ("run", "mutation")),
                                              ("cases", ("run", "mutation", "report")),
                                              ("lockstep", ("run", "mutation", "report", "cases"))])
@@ -204,3 +205,27 @@ def test_no_module_is_over_400_lines_and_properties_keeps_few_at_its_top():
     assert not long
     top = sorted(p.name for p in PACKAGE_DIR["properties"].glob("*.py"))
     assert len(top) <= 6, top
+
+
+def test_no_module_but_the_kernels_imports_triton():
+    """Triton reads TRITON_INTERPRET once it is imported, and the backend is chosen
+    only after a child process has imported the harness (blocktable/device.py): a
+    module that imports triton at its top breaks the interpreter for every kernel
+    (each launch then fails with "Cannot call @triton.jit'd outside of the scope of
+    a kernel"). In a fresh process, every module outside blocktable.kernels."""
+    import subprocess
+
+    program = (
+        "import importlib, pkgutil, sys\n"
+        "import blocktable, blocktable.properties, blocktable.reference\n"
+        "for package in (blocktable, blocktable.properties, blocktable.reference):\n"
+        "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        if not info.name.startswith('blocktable.kernels'):\n"
+        "            importlib.import_module(info.name)\n"
+        "            if 'triton' in sys.modules:\n"
+        "                sys.exit(print(info.name))\n"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "", f"triton imported at the top of (or through) {done.stdout.strip()}"

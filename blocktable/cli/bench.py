@@ -1,6 +1,8 @@
 """`blocktable bench`: our slot-mapping kernels and any plug-ins side by side on a
 fixed suite of shapes, each timed as CUDA-graph replays (triton.testing's
-do_bench_cudagraph, median), against a measured device-to-device copy bandwidth.
+do_bench_cudagraph, median), against a measured device-to-device copy bandwidth;
+then the KV kernels (blocktable.cli.bench_kv) and vLLM V2's block-table kernels
+(blocktable.cli.bench_v2), each beside its torch-native twin and any plug-ins.
 
 Every kernel's output is checked against the vectorized reference on each shape
 before it is timed: a wrong kernel is reported, never ranked. The baseline,
@@ -21,11 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from blocktable.cli import bench_kv
-from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, UsageError, console, normalize_kernel, normalize_kv, usage_error
+from blocktable.cli import bench_kv, bench_v2
+from blocktable.cli.common import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    UsageError,
+    console,
+    normalize_kernel,
+    normalize_kv,
+    normalize_v2,
+    usage_error,
+)
 from blocktable.cli.timing import copy_bandwidth, time_call
 from blocktable.device import CHOICES
-from blocktable.plugin import KV_KINDS, KernelSpec
+from blocktable.plugin import KV_KINDS, V2_KINDS, KernelSpec
 
 # (name, requests, tokens per request)
 SHAPES = [("decode-256", 256, 1), ("decode-1024", 1024, 1), ("mixed-64x128", 64, 128),
@@ -34,6 +45,7 @@ SHAPES = [("decode-256", 256, 1), ("decode-1024", 1024, 1), ("mixed-64x128", 64,
 QUICK = [("decode-256", 256, 1), ("mixed-64x128", 64, 128), ("prefill-1x16384", 1, 16384), ("256x4096", 256, 4096)]
 TINY = [("decode-8", 8, 1), ("mixed-4x32", 4, 32)]  # the interpreter: the code path, not a measurement
 WORLDS = [(1, 1), (4, 16)]  # (W, I)
+SUITES = ["all", "slot", "kv", "v2"]
 K = B = 16
 BASELINE = "triton-per-request"
 OURS = ["triton-tiled", "triton-specialized"]
@@ -56,19 +68,25 @@ def short(spec: str) -> str:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="time the slot-mapping and KV kernels side by side (GPU)", description=__doc__)
+    p = sub.add_parser("bench", help="time the slot-mapping, KV and V2 block-table kernels side by side (GPU)",
+                       description=__doc__)
     p.add_argument("--quick", action="store_true",
-                   help="four shapes instead of seven (on a GPU; without one, two tiny shapes either way)")
+                   help="four slot-mapping shapes instead of seven and four V2 steps instead of eight (on a GPU; "
+                        "without one, tiny shapes either way)")
     p.add_argument("--kernel", action="append", default=[], metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
                    help="a further kernel to time beside ours (repeatable)")
     p.add_argument("--device", default="auto", choices=CHOICES)
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json, .md and .png")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--suite", choices=["all", "slot", "kv"], default="all",
-                   help="the slot-mapping kernels, the KV kernels (docs/contract.md §9), or both (default)")
+    p.add_argument("--suite", choices=SUITES, default="all",
+                   help="the slot-mapping kernels, the KV kernels (docs/contract.md §9), vLLM V2's block-table "
+                        "kernels (§10), or all three (default)")
     for kind in KV_KINDS:
         p.add_argument(f"--kv-{kind}", action="append", default=[], metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
                        help=f"a KV {kind} plug-in to time beside ours and torch-native (repeatable)")
+    for kind in V2_KINDS:
+        p.add_argument(f"--v2-{kind}", action="append", default=[], metavar="MODULE:FUNCTION|FILE.py:FUNCTION",
+                       help=f"a V2 block-table {kind} plug-in to time beside ours and torch-native (repeatable)")
     p.add_argument("--strict-nan", action="store_true",
                    help="a KV plug-in's outputs must match ours with NaN encodings exact too (docs/contract.md §9)")
     p.set_defaults(run=run)
@@ -123,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         extra = [normalize_kernel(k) for k in args.kernel]
         kv_specs = {kind: [normalize_kv(kind, spec) for spec in getattr(args, f"kv_{kind}")]
                     for kind in KV_KINDS}
+        v2_specs = {kind: [normalize_v2(kind, spec) for spec in getattr(args, f"v2_{kind}")] for kind in V2_KINDS}
     except UsageError as e:
         return usage_error("bench", str(e))
     from blocktable import device, plugin
@@ -134,17 +153,18 @@ def run(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError) as e:  # --device cuda without a GPU: a usage error, as for fuzz
         return usage_error("bench", str(e))
     cuda = backend.name == "cuda"
-    if not cuda:
-        console.print(f"[bold yellow]WARNING:[/] {INTERPRETER_WARNING}", soft_wrap=True)
     try:
         kernels = {name: plugin.load(name, harness_kernels()) for name in [BASELINE, *OURS, *extra]}
         kv_extra = {kind: {short(spec): plugin.load_kv(kind, spec) for spec in kv_specs[kind]} for kind in kv_specs}
+        v2_extra = {kind: {short(spec): plugin.load_v2(kind, spec) for spec in v2_specs[kind]} for kind in v2_specs}
     except plugin.PluginError as e:
         return usage_error("bench", str(e))
-    if args.suite == "kv":
+    if not cuda:  # after the plug-ins load: a usage error leaves stdout empty
+        console.print(f"[bold yellow]WARNING:[/] {INTERPRETER_WARNING}", soft_wrap=True)
+    if args.suite not in ("all", "slot"):
         kernels = {}
     shapes = ((QUICK if args.quick else SHAPES) if cuda else TINY) if kernels else []
-    copy_gbps = copy_bandwidth(cuda)
+    copy_gbps = copy_bandwidth(cuda) if args.suite != "v2" else None  # the V2 tables do not use it
     rows: list[Row] = []
     import torch
 
@@ -163,24 +183,34 @@ def run(args: argparse.Namespace) -> int:
                               + (f"{us:9.2f} µs" if us is not None else "        -   ") + f"  {note}",
                               markup=False)
     kv_rows: list[bench_kv.KvRow] = []
-    if args.suite != "slot":
+    if args.suite in ("all", "kv"):
         kv_rows, _ = bench_kv.run_suite(backend, seed=args.seed, extra=kv_extra, strict_nan=args.strict_nan,
                                         report=lambda r: console.print(
             f"{r.case:<52} {r.kernel:<10} " + (f"{r.microseconds:9.2f} µs" if r.microseconds else "        -   ")
             + f"  {r.note}", markup=False))
+    v2_rows: list[bench_v2.V2Row] = []
+    if args.suite in ("all", "v2"):
+        v2_rows = bench_v2.run_suite(backend, seed=args.seed, quick=args.quick, extra=v2_extra,
+                                     report=lambda r: console.print(
+            f"{r.case:<36} {r.op:<7} {bench_v2.describe(r):<28} "
+            + (f"{r.microseconds:9.2f} µs" if r.microseconds else "        -   ") + f"  {r.timing}  {r.note}",
+            markup=False))
     args.out.mkdir(parents=True, exist_ok=True)
     meta = _meta(backend, copy_gbps)
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
-                                                       "kv_rows": [asdict(r) for r in kv_rows]}, indent=1))
+                                                       "kv_rows": [asdict(r) for r in kv_rows],
+                                                       "v2_rows": [asdict(r) for r in v2_rows]}, indent=1))
     markdown = (render_markdown(rows, meta) if rows else "") + (
-        "\n## KV path\n\n" + bench_kv.render_markdown(kv_rows, copy_gbps, backend.describe()) if kv_rows else "")
+        "\n## KV path\n\n" + bench_kv.render_markdown(kv_rows, copy_gbps, backend.describe()) if kv_rows else "") + (
+        "\n## V2 block tables\n\n" + bench_v2.render_markdown(v2_rows, backend.describe(), cuda) if v2_rows else "")
     (args.out / "results.md").write_text(markdown)
     plotted = plot(rows, copy_gbps, args.out / "bench.png", meta) if cuda and rows else False
     console.print(markdown, markup=False, soft_wrap=True)
-    why = "no GPU timings" if not cuda else "matplotlib is not installed"
+    why = "no GPU timings" if not cuda else "no slot-mapping rows" if not rows else "matplotlib is not installed"
     console.print(f"wrote {args.out / 'results.json'}, {args.out / 'results.md'}"
                   + (f", {args.out / 'bench.png'}" if plotted else f" (no plot: {why})"))
-    return EXIT_PASS if all(r.ok for r in rows) and all(r.ok for r in kv_rows) else EXIT_FAIL
+    passed = all(r.ok for r in rows) and all(r.ok for r in kv_rows) and all(r.ok for r in v2_rows)
+    return EXIT_PASS if passed else EXIT_FAIL
 
 
 def _meta(backend: Any, copy_gbps: float | None) -> dict[str, Any]:

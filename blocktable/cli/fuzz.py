@@ -31,14 +31,14 @@ from blocktable.cli.common import (
     v2_specs,
 )
 from blocktable.cli.progress import Bars, bars
-from blocktable.plugin import KV_KINDS
+from blocktable.plugin import KV_KINDS, V2_KINDS
 from blocktable.properties.report.report import render
 from blocktable.properties.run import messages, parent
 from blocktable.properties.run.calls import calls_text, never_called
 from blocktable.properties.run.child import Target
 from blocktable.properties.run.fuzz import fuzz_child
 from blocktable.properties.run.messages import Job, Log, Message, Result, Stats
-from blocktable.properties.run.stateless import kv_stateless_child, stateless_child
+from blocktable.properties.run.stateless import kv_stateless_child, stateless_child, v2_stateless_child
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -56,8 +56,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("blocktable-cases"),
                    help="folder for case files and the crash journal (default ./blocktable-cases)")
     p.add_argument("--stateless", action="store_true",
-                   help="batched stateless fuzzing of the slot-mapping kernel alone, or with --kv-*, of each KV "
-                        "kernel named (see docs/cli.md)")
+                   help="batched stateless fuzzing of the slot-mapping kernel alone, or with --kv-* or --v2-*, of "
+                        "each KV or V2 block-table kernel named (see docs/cli.md)")
     p.add_argument("--shrink-seconds", type=float, default=120, metavar="S",
                    help="when the kernel kills its process, spend up to S seconds replaying smaller "
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
@@ -118,6 +118,10 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--shrink-seconds must be a number >= 0, got {args.shrink_seconds}")
     if args.database_readonly and args.database is None:
         raise UsageError("--database-readonly needs --database: the shared database to read")
+    named = [f"--kv-{kind}" for kind in KV_KINDS if getattr(args, f"kv_{kind}", None) is not None]
+    if args.stateless and named and any(getattr(args, f"v2_{kind}", None) is not None for kind in V2_KINDS):
+        raise UsageError(f"--stateless fuzzes the KV kernels or the V2 block-table kernels named, not both in one "
+                         f"run: drop {named[0]} or the --v2-* flags")
 
 
 def _jobs(args: argparse.Namespace) -> int:
@@ -166,7 +170,7 @@ def _run(args: argparse.Namespace) -> int:
     kv_text = "; ".join([f"kv-{kind} {spec}" for kind, spec in kv.items()]
                         + [f"v2-{kind} {spec}" for kind, spec in v2.items()])
     # What the progress line and the summary name: the kernels under test.
-    shown = kv_text if args.stateless and kv else "; ".join(filter(None, [kernel, kv_text]))
+    shown = kv_text if args.stateless and (kv or v2) else "; ".join(filter(None, [kernel, kv_text]))
     jobs = _jobs(args)
     database = _database(args)
     examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
@@ -181,6 +185,8 @@ def _run(args: argparse.Namespace) -> int:
     target: Target
     if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)
         target = kv_stateless_child
+    elif args.stateless and v2:  # the V2 block-table kernels named, each alone
+        target = v2_stateless_child
     elif args.stateless:
         target = stateless_child
     else:
@@ -210,13 +216,13 @@ def _run(args: argparse.Namespace) -> int:
     _summary(shown, args, latest, result, time.monotonic() - start, workers, named)
     if result.status == "pass" or result.failure is None:
         # A plug-in it never called was not checked: that run cannot pass.
-        unit = "programs" if not args.stateless else "rounds" if kv else "batches"
+        unit = "programs" if not args.stateless else "rounds" if kv or v2 else "batches"
         reason = never_called(named, latest.calls, latest.examples, unit)
         if reason is not None:
             return usage_error("fuzz", reason)
         console.print("[green]no discrepancy found[/]")
         return EXIT_PASS
-    # A KV case names the KV kernel it failed on: that is what replays it.
+    # A KV or V2 case names the plug-in it failed on: that is what replays it.
     failure = result.failure
     try:
         report = parent.confirm_and_save(failure, (failure.case_data or {}).get("kernel") or kernel, args.device,
@@ -232,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _under_test(args: argparse.Namespace, kernel: str, kv: dict[str, str], v2: dict[str, str]) -> dict[str, str]:
     """The kernels this mode runs, by kind (run/calls.py): each must be called."""
-    named = {} if args.stateless and kv else {"kernel": kernel}
+    named = {} if args.stateless and (kv or v2) else {"kernel": kernel}
     return {**named, **{f"kv-{kind}": spec for kind, spec in kv.items()},
             **{f"v2-{kind}": spec for kind, spec in v2.items()}}
 

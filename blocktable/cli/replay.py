@@ -2,8 +2,9 @@
 report. Exit 1 if it still fails, 0 if it now passes, 2 on a usage error.
 `--repeat N` replays it N times, each in a fresh process, and says how many failed
 (for races and kernels that keep state). `--emit-test DIR` writes a plain pytest
-regression test (plus a copy of the case). `--kv-write/--kv-copy/--kv-gather SPEC`
-replay with another KV plug-in (a fix) in place of the one the case names."""
+regression test (plus a copy of the case). `--kv-write/--kv-copy/--kv-gather SPEC` and
+`--v2-append/--v2-gather/--v2-slots SPEC` replay with another plug-in of that kind (a
+fix) in place of the one the case names."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from blocktable.cli.common import (
     console,
     normalize_kernel,
     normalize_kv,
+    normalize_v2,
     usage_error,
 )
 from blocktable.plugin import KernelSpec
@@ -36,7 +38,9 @@ VERBOSE_VARIABLE = "BLOCKTABLE_VERBOSE"
 KERNEL_VARIABLE = "BLOCKTABLE_KERNEL"
 DEVICE_VARIABLE = "BLOCKTABLE_DEVICE"
 # How each plug-in family's specs are checked, by the prefix of its flags.
-NORMALIZE: dict[str, Callable[[str, str], str]] = {"kv": normalize_kv}
+NORMALIZE: dict[str, Callable[[str, str], str]] = {"kv": normalize_kv, "v2": normalize_v2}
+# The case kinds that are one call of a family's kernel: their kernel is that family's plug-in.
+CALL_FAMILIES = {"kv-call": "kv", "v2-call": "v2"}
 Plugins = dict[str, dict[str, str]]  # family -> kind -> spec
 
 
@@ -84,20 +88,26 @@ def _given(args: argparse.Namespace) -> Plugins:
 
 
 def _kernel_and_plugins(args: argparse.Namespace, case: Case) -> tuple[str, Plugins]:
-    """The kernel to replay with and the plug-ins that replace the case's."""
+    """The kernel to replay with and the plug-ins that replace the case's. A kv-call
+    or v2-call case's kernel is a plug-in of its call's op: --kernel or the flag of
+    that op (--kv-gather, --v2-slots, ...) replaces it; a flag of another kind names
+    a kernel the case never calls."""
     given = _given(args)
-    if case.kind != "kv-call":
+    named = [f"--{family}-{kind}" for family, specs in given.items() for kind in specs]
+    family = CALL_FAMILIES.get(case.kind)
+    if family is None:
+        if case.kind != "lockstep" and named:
+            raise UsageError(f"{named[0]} names a plug-in beside the kernel, and a {case.kind} case calls none")
         return normalize_kernel(args.kernel or case.kernel), given
-    # A kv-call case's kernel is a KV kernel of the call's op: --kernel or --kv-OP replaces it.
-    op = (case.call or {})["op"]
-    others = [f"--kv-{kind}" for kind in given["kv"] if kind != op]
-    if others or any(given[family] for family in given if family != "kv"):
-        named = others or [f"--{f}-{k}" for f in given if f != "kv" for k in given[f]]
-        raise UsageError(f"{', '.join(named)}: this kv-call case calls the kv-{op} kernel alone "
-                         f"(--kv-{op} or --kernel replaces it)")
-    if args.kernel is not None and op in given["kv"]:
-        raise UsageError(f"--kernel and --kv-{op} both name the kv-{op} kernel this case calls: give one")
-    return normalize_kv(op, given["kv"].pop(op, "") or args.kernel or case.kernel), given
+    op = str((case.call or {}).get("op"))
+    others = [flag for flag in named if flag != f"--{family}-{op}"]
+    if others:
+        raise UsageError(f"the case is one {family}-{op} call: {others[0]} names a kernel it never calls "
+                         f"(--{family}-{op} or --kernel replaces its kernel)")
+    if args.kernel is not None and op in given[family]:
+        raise UsageError(f"--kernel and --{family}-{op} both name the {family}-{op} kernel this case calls: give one")
+    spec = given[family].pop(op, "") or args.kernel or case.kernel
+    return NORMALIZE[family](op, spec), given
 
 
 def replay_device(case: Case, asked: str | None, gpu: bool) -> tuple[str, str | None]:
@@ -170,7 +180,7 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, cas
         case = load(case_path)
     attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
                           on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan,
-                          call_timeout=call_timeout)
+                          call_timeout=call_timeout, v2=(plugins or {}).get("v2"))
     if attempt.status == "config-error":
         return usage_error("replay", attempt.text)
     _explain_whole_run(case, attempt)
@@ -197,7 +207,7 @@ def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, ve
     first: Attempt | None = None
     for i in range(times):
         attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
-                              strict_nan=strict_nan, call_timeout=call_timeout)
+                              strict_nan=strict_nan, call_timeout=call_timeout, v2=(plugins or {}).get("v2"))
         if attempt.status == "config-error":
             return usage_error("replay", attempt.text)
         verdict = "passes" if attempt.status == "pass" else ("crashes" if attempt.crashed else "fails")

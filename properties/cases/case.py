@@ -8,7 +8,9 @@ again in a fresh process before the file was written, and provenance. Two kinds:
 - "slot-call": one stateless slot-mapping call (config, query_start_loc,
   positions, block table, Tmax) with the reference's expected output;
 - "kv-call": one call of a KV kernel (docs/contract.md §9; kv/call.py says what it
-  holds); `kernel` is the KV plug-in under test.
+  holds); `kernel` is the KV plug-in under test;
+- "v2-call": one call of a V2 block-table kernel (docs/contract.md §10; v2/call.py
+  says what it holds); `kernel` is the V2 plug-in of the call's `op` under test.
 
 A failure that did not repeat in a fresh process also keeps the whole run that
 found it (`whole_run`): the contract examples and every lockstep program the
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocktable.plugin import KV_KINDS, KernelSpec, PluginError
+from blocktable.plugin import KV_KINDS, V2_KINDS, KernelSpec, PluginError
 from blocktable.properties.cases.confirmation import Confirmation
 from blocktable.properties.cases.credentials import masked
 from blocktable.properties.cases.schema import FORMAT, VERSION, CaseError, fields
@@ -46,7 +48,7 @@ from blocktable.properties.world import WorldConfig
 # The plug-in families a case records beside its kernel, each a Case field of the
 # same name, by kind: `replay` takes a --FAMILY-KIND flag for each kind, and the
 # printed replay line names them. A family added here is replayable everywhere.
-REPLAY_FAMILIES: dict[str, tuple[str, ...]] = {"kv": KV_KINDS}
+REPLAY_FAMILIES: dict[str, tuple[str, ...]] = {"kv": KV_KINDS, "v2": V2_KINDS}
 
 
 def family_flags(case: Case) -> list[str]:
@@ -77,7 +79,7 @@ def provenance(device: str, **extra: Any) -> dict[str, Any]:
 
 @dataclass
 class Case:
-    kind: str  # "lockstep" | "slot-call" | "kv-call"
+    kind: str  # "lockstep" | "slot-call" | "kv-call" | "v2-call"
     kernel: str
     failure: dict[str, Any]
     world: WorldConfig | None = None

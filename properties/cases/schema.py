@@ -9,12 +9,13 @@ from typing import Any
 from blocktable.plugin import KV_KINDS, V2_KINDS
 from blocktable.properties.kv.call import check_call
 from blocktable.properties.lockstep.schema import check_program, type_name
+from blocktable.properties.v2.call import check_call as check_v2_call
 from blocktable.properties.world import WorldConfig
 
 FORMAT = "blocktable-case"
 VERSION = 2
 READABLE = (1, 2)  # version 1: no confirmation and no whole run
-KINDS = ("lockstep", "slot-call", "kv-call")
+KINDS = ("lockstep", "slot-call", "kv-call", "v2-call")
 CALL_CONFIG = ("kv_block_size", "kernel_block_size", "cp_world_size", "cp_rank", "cp_interleave")
 
 
@@ -83,9 +84,10 @@ def fields(data: Any) -> dict[str, Any]:
             raise CaseError(f"the failure is at step {step + 1} but 'program' has {len(program)} steps "
                             f"(truncated or edited?)")
         case.update(world=world, program=program)
-    elif kind == "kv-call":
+    elif kind in ("kv-call", "v2-call"):
+        check = check_call if kind == "kv-call" else check_v2_call
         try:
-            case["call"] = check_call(_require(data, "call", lambda v: isinstance(v, dict), "an object (the call)"))
+            case["call"] = check(_require(data, "call", lambda v: isinstance(v, dict), "an object (the call)"))
         except ValueError as e:
             raise CaseError(str(e)) from None
     else:

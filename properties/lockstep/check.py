@@ -102,6 +102,8 @@ def check(state: State) -> None:
     for g, rows in enumerate(device_rows):
         check_table(g, reference.tables[g], impl.tables[g], rows)
     check_pool(reference.pool, impl.pool)
+    if state.v2 is not None:
+        state.v2.check_host()
     for g, (ref, ours) in enumerate(zip(reference.seqs, impl.seqs)):
         if ref.blocks != ours.blocks:
             raise Discrepancy("sequence blocks", f"expected {ref.blocks}, got {ours.blocks}", group=g)

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 from blocktable.device import Backend
-from blocktable.plugin import Plugins
+from blocktable.plugin import Plugins, load_v2_kernels
 from blocktable.properties import fault
 from blocktable.properties.lockstep import check, ops, prefix, schema
 from blocktable.properties.lockstep.kv import KVWorld
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.lockstep.step import step
+from blocktable.properties.lockstep.v2 import V2World
 from blocktable.properties.world import WorldConfig
 
 OPERATIONS: dict[str, Callable[..., Any]] = {
@@ -42,6 +43,9 @@ class Lockstep(State):
         self.failed_at: float | None = None  # when a step first failed (time.monotonic)
         if world.kv is not None:  # docs/contract.md §9
             self.kv = KVWorld(self, world.kv, kernels.kv)
+        if world.v2 is not None:  # docs/contract.md §10
+            v2 = kernels.v2 if kernels.v2 is not None else load_v2_kernels()
+            self.v2 = V2World(self, world.v2, v2.kernels())
         check.check(self)
 
     def apply(self, step: dict[str, Any]) -> Any:

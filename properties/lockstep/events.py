@@ -40,6 +40,17 @@ FRESH_HITS_ONLY = "fresh admission deferred: hits only (too few free blocks)"
 KV_COPY = "KV blocks copied on write"
 KV_FP8 = "KV written as fp8"
 KV_GATHER = "KV sequences gathered"
+# vLLM V2's block tables (docs/contract.md §10), in worlds with V2 tables.
+V2_OVERWRITE = "V2 append with overwrite"
+V2_PERMUTED = "V2 batch permuted"
+V2_DUMMY = "V2 dummy entry (-1) in the batch"
+V2_DUMMY_TOKENS = "V2 dummy entry with tokens"
+V2_PADDED = "V2 batch padded"
+V2_ROW_FULL = "V2 row full to its width"
+V2_BLOCK_SIZES = "V2 groups with different block sizes"
+V2_DCP = "V2 tables under DCP"
+V2_SLOTS_OFF = "V2 group with slot mapping off"
+V2_STALE = "V2 input row with stale columns"
 
 
 def rejected(kind: str) -> str:
@@ -52,4 +63,5 @@ LABELS: tuple[str, ...] = (
     POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW,
     *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
     HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, FRESH_HIT_IN_USE, FRESH_HIT_QUEUED,
-    FRESH_EVICTS, FRESH_FITS_BY_IN_USE, FRESH_HITS_ONLY, KV_COPY, KV_FP8, KV_GATHER)
+    FRESH_EVICTS, FRESH_FITS_BY_IN_USE, FRESH_HITS_ONLY, KV_COPY, KV_FP8, KV_GATHER, V2_OVERWRITE, V2_PERMUTED,
+    V2_DUMMY, V2_DUMMY_TOKENS, V2_PADDED, V2_ROW_FULL, V2_BLOCK_SIZES, V2_DCP, V2_SLOTS_OFF, V2_STALE)

@@ -42,6 +42,7 @@ class ReadBack:
     padded: list[np.ndarray]  # the rows pad_for_cuda_graph returned
     reads: list[np.ndarray]  # the data read back, [ranks, reads]
     kv: list[np.ndarray]  # in a world with KV caches: each group's cache memory and gathered keys and values
+    v2: list[np.ndarray]  # in a world with V2 tables: every rank's V2 state, then the V2 data read back
 
     @classmethod
     def fetch(cls, **parts: list[torch.Tensor]) -> ReadBack:
@@ -62,7 +63,7 @@ class LaunchedReads:
 
 
 def launch_and_check(state: State, qsl: np.ndarray, positions: np.ndarray, values: np.ndarray, N: int,
-                     written: dict[int, int], padded: Padded) -> tuple[ReadBack, LaunchedReads]:
+                     written: dict[int, int], padded: Padded, N_pad: int) -> tuple[ReadBack, LaunchedReads]:
     """Launch the step's device work, bring it back, and check every group's guards
     and slot mappings. `written`: each scheduled request's length after the step."""
     back = None
@@ -70,10 +71,11 @@ def launch_and_check(state: State, qsl: np.ndarray, positions: np.ndarray, value
         sent = upload(torch.from_numpy(values), state.backend)  # one upload for every group
         calls, pairs = launch_groups(state, qsl, positions, sent, N)
         kv = state.kv.launch(calls, pairs, qsl, positions, values, written) if state.kv is not None else []
+        v2 = state.v2.launch(qsl, positions, values, N, N_pad, pairs, written) if state.v2 is not None else []
         reads = launch_reads(state, written)
         back = ReadBack.fetch(tables=[table.device_tensor for table in state.impl.tables.tables],
                               handed=[call.readback()[0] for call in calls],
-                              padded=[rows for _, _, rows in padded], reads=reads.tensors, kv=kv)
+                              padded=[rows for _, _, rows in padded], reads=reads.tensors, kv=kv, v2=v2)
         for g, call in enumerate(calls):
             check_group(state, g, call, [back.handed[g], back.tables[g]], qsl, positions, N)
     except Discrepancy:

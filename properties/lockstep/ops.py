@@ -62,6 +62,8 @@ def finish(state: State, request: int, clear: bool = False) -> None:
     state.history.drop(request)
     if state.prompts is not None:
         state.prompts.drop(request)
+    if state.v2 is not None:
+        state.v2.release(request)
     if req.row is not None:
         if clear:
             state.reference.tables.clear_row(req.row)
@@ -79,6 +81,8 @@ def preempt(state: State, request: int) -> None:
         state.both("preempt", partial(ref.preempt, request), partial(impl.preempt, request), group=g)
     state.rows[req.row] = None
     req.row, req.written, req.preempted = None, 0, True
+    if state.v2 is not None:
+        state.v2.release(request)
 
 
 def resume(state: State, request: int) -> None:

@@ -93,6 +93,7 @@ class State:
         self.caches = [DeviceCache(world.num_blocks * lay.kv_block_size, slot_base=world.id_offset * lay.kv_block_size,
                                    ranks=lay.world, backend=backend) for lay in self.layouts]
         self.kv: Any = None  # the KV world (lockstep/kv.py), set by the driver in worlds with KV caches
+        self.v2: Any = None  # the V2 tables (lockstep/v2.py), set by the driver in worlds with them
         # The harness's own bookkeeping (neither side): which request sits in which row.
         self.rows: list[int | None] = [None] * world.max_num_reqs
         self.requests: dict[int, Request] = {}
@@ -140,6 +141,8 @@ class State:
         ids = [self.ids(b) for b in blocks_per_group]
         self.reference.tables.add_row(ids, row)
         self.impl.tables.add_row(ids, row)
+        if self.v2 is not None:
+            self.v2.stage(rid, ids, overwrite=True)
         if any(int(t.count[row]) < b for t, b in zip(self.reference.tables.tables, before)):
             self.event(events.ROW_REUSED_SHORTER)
         self.rows[row] = rid

@@ -62,7 +62,7 @@ def step(state: State, query: list[int], pad: int = 0) -> None:
     # Everything is launched first and comes back in one copy (lockstep/launch.py).
     written = {rid: state.requests[rid].written + chunk for rid, chunk in zip(state.rows, chunks)
                if chunk and rid is not None}
-    back, reads = launch.launch_and_check(state, qsl, positions, values, N, written, padded)
+    back, reads = launch.launch_and_check(state, qsl, positions, values, N, written, padded, N_pad)
     for r, chunk in enumerate(chunks):
         if chunk:
             req = state.requests[state.rows[r]]  # type: ignore[index]
@@ -73,6 +73,8 @@ def step(state: State, query: list[int], pad: int = 0) -> None:
     launch.compare_reads(state, reads, back.reads)
     if state.kv is not None:
         state.kv.compare(back.kv)
+    if state.v2 is not None:
+        state.v2.compare(back.v2)
     state.steps_checked += 1
     state.steps_with_tokens += bool(len(positions))
 
@@ -99,6 +101,8 @@ def grow(state: State, rid: int, row: int, q: int) -> int:
     if tokens is not None and any(reference.pool.is_cached(b)
                                   for b in reference.pool.queue[:sum(a for a, _ in need)]):
         state.event(events.EVICTED)  # the blocks this growth takes come from the queue's head
+    gained: list[list[int]] = []  # each group's new table ids, for the V2 tables
+    copied = False
     for g, (ref, ours) in enumerate(zip(reference.seqs, impl.seqs)):
         r, i = state.both("append", partial(ref.append, rid, q, tokens), partial(ours.append, rid, q, tokens),
                           group=g)
@@ -114,6 +118,15 @@ def grow(state: State, rid: int, row: int, q: int) -> int:
             ids = state.ids(r.new)
             reference.tables[g].append_row(ids, row)
             impl.tables[g].append_row(ids, row)
+        gained.append(ids if r.cow is None else [])
+        copied = copied or r.cow is not None
         if int(reference.tables[g].count[row]) == reference.tables[g].width:
             state.event(events.ROW_FILLED)
+    if state.v2 is not None:
+        # One call for every group with one overwrite flag: a copy on write in any
+        # group replaces every group's row with its whole list.
+        if copied:
+            state.v2.stage(rid, [state.ids(seq.blocks[rid]) for seq in reference.seqs], overwrite=True)
+        elif any(gained):
+            state.v2.stage(rid, gained, overwrite=False)
     return q

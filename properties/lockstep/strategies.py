@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 
 from hypothesis import strategies as st
 
 from blocktable.properties.lockstep.prompts import VOCAB
 from blocktable.properties.slot.draw import divisors
-from blocktable.properties.world import GroupConfig, KVConfig, WorldConfig
+from blocktable.properties.world import GroupConfig, KVConfig, V2Config, WorldConfig
 from blocktable.reference import GroupLayout
 from blocktable.reference.layout import INT32_MAX
 
@@ -33,6 +34,9 @@ PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"  # "0": none (the same draws
 PREFIX_MAX_MODEL_LEN = 512
 _KV = st.integers(0, 3)  # 0-2: a world with KV caches
 KV_WORLDS_VARIABLE = "BLOCKTABLE_KV_WORLDS"  # "0": none (the same draws, no KV caches)
+V2_WORLDS_VARIABLE = "BLOCKTABLE_V2_WORLDS"  # "0": none (the same draws, no V2 tables)
+_V2 = st.integers(0, 3)  # 0: a world that keeps V2 block tables beside the V1 ones
+_SLOTS_OFF = st.integers(0, 5)  # 0: this group's V2 slot mapping is switched off
 KV_MAX_CELLS = 1 << 20  # cells of one group's cache memory, beyond which heads and D shrink to 1
 _FLAVOR = st.integers(0, 5)  # 4: a world made for long prefills, 5: one made for full rows
 _MAX_MODEL_LEN_LONG = st.sampled_from([1025, 2100, 16384])
@@ -158,10 +162,22 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # prompts' symbols over token ids.
     fresh_admission = draw(st.booleans()) if prefix_caching else False
     vocabulary = draw(vocabularies()) if prefix_caching else ()
+    # One world in four, of every kind, keeps V2 block tables too, drawn last for the
+    # same reason. §10 has one interleave for every group: under DCP the sharded
+    # groups take the largest interleave that divides every one's block size: it
+    # passes B wherever a group is hybrid (P > 1), the case where allocation-block and
+    # kernel-block coordinates differ (vLLM #51031); the V1 worlds keep the variety.
+    v2 = None
+    if draw(_V2) == 0 and os.environ.get(V2_WORLDS_VARIABLE, "1") != "0":
+        v2 = V2Config(tuple(draw(_SLOTS_OFF) != 0 for _ in groups) if len(groups) > 1 else ())
+        sharded = [g for g in groups if g.sharded and W > 1]
+        if sharded:
+            I = math.gcd(*(g.kv_block_size for g in sharded))
+            groups = tuple(dataclasses.replace(g, cp_interleave=I) if g.sharded else g for g in groups)
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
         max_num_reqs=max_num_reqs, max_model_len=max_model_len, max_num_batched_tokens=batch,
-        prefix_caching=prefix_caching, kv=kv, fresh_admission=fresh_admission, vocabulary=vocabulary)
+        prefix_caching=prefix_caching, kv=kv, fresh_admission=fresh_admission, vocabulary=vocabulary, v2=v2)
 
 
 TOKEN_ID_TOP = INT32_MAX - 1  # token ids lie in [0, 2**31 - 1)

@@ -13,21 +13,8 @@ observed within the harness's reach; those are reported, not required.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-
-@dataclass(frozen=True)
-class Mutant:
-    id: str
-    layer: str  # kernel | table | pool | sequence | prefix | kv kernels | oracle kernels
-    path: str
-    old: str
-    new: str
-    imitates: str
-    kernel: str = "triton"
-    env: dict[str, str] = field(default_factory=dict)
-    equivalent: str | None = None
-
+from blocktable.properties.mutation.mutant import Mutant
+from blocktable.properties.mutation.v2 import V2_MUTANTS
 
 SLOTS = "blocktable/kernels/slot_mapping.py"
 WRAPPERS = "blocktable/slot.py"
@@ -376,7 +363,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            "value = tl.load(cache_ptr + index",
            "read-back from rank 0's cache on every rank",
            env=TRITON_ORACLE),
-)
+) + V2_MUTANTS
 
 
 def by_id() -> dict[str, Mutant]:

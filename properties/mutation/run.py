@@ -90,9 +90,10 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.id}-") as scratch:
         root = build_tree(Path(scratch) / "tree")
         apply(mutant, root)
+        ours = mutant.env.get("BLOCKTABLE_V2_KERNELS", "torch")
         job = Job(mutant.kernel, device=device, minutes=budget / 60, seed=seed, profile="ci",
                   out=str(Path(scratch) / "cases"), journal=str(Path(scratch) / "journal.jsonl"),
-                  expect_root=str(root))
+                  expect_root=str(root), v2=dict.fromkeys(mutant.stateless_v2, ours))
         env = {**os.environ, **(place.env if place else {}), "PYTHONPATH": str(root), "BLOCKTABLE_PROFILE": "ci",
                **mutant.env}
         process = subprocess.Popen([sys.executable, "-m", "blocktable.properties.mutation.worker",
@@ -104,11 +105,13 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
             except (AttributeError, OSError):
                 pass
         messages = []
+        timed_out = False
         try:
             out, err = process.communicate(timeout=budget + 300)  # shrinking may outlast the budget
         except subprocess.TimeoutExpired:
             process.kill()
             out, err = process.communicate()
+            timed_out = True
         for line in out.splitlines():
             try:
                 messages.append(from_json(json.loads(line)))
@@ -129,6 +132,15 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
     if stats is not None:
         verdict.seconds_to_kill = stats.first_failure_s
         verdict.examples_to_kill = stats.examples_to_failure
+    if result is None and timed_out and (stats is None or stats.first_failure_s is None):
+        # Stopped by the gate, not by a finding: the harness did not kill it.
+        verdict.killed = False
+        verdict.by = f"no failure within the budget; the worker was stopped {budget + 300:.0f} s in"
+        return verdict
+    if result is None and timed_out:
+        verdict.by = (f"a failure at {stats.first_failure_s:.1f} s; its shrinking outlasted the gate's limit "  # type: ignore[union-attr]
+                      f"({budget + 300:.0f} s), and the worker was stopped")
+        return verdict
     if result is None:
         verdict.by = f"the worker died (exit {process.returncode}) {died.text}"
         if verdict.examples_to_kill is None and died.contract_example:

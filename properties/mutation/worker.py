@@ -19,6 +19,7 @@ def main() -> None:
     if root not in Path(blocktable.__file__).resolve().parents:
         raise SystemExit(f"mutation worker imported {blocktable.__file__}, not the mutated tree under {root}")
     from blocktable.properties.run.fuzz import fuzz_child
+    from blocktable.properties.run.stateless import v2_stateless_child
     from blocktable.properties.run.workers import one_thread
 
     one_thread()  # mutants run side by side, one core's worth each (run/workers.py)
@@ -26,7 +27,9 @@ def main() -> None:
     def send(message: Message) -> None:
         print(json.dumps(to_json(message), default=str), flush=True)
 
-    fuzz_child(job, send)
+    # A job naming V2 kernels is the stateless V2 mode (mutant.stateless_v2); the
+    # lockstep's V2 worlds take ours from the environment.
+    (v2_stateless_child if job.v2 else fuzz_child)(job, send)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from blocktable.properties.report.describe import (
     case_config,
     case_kernels,
     failure_lines,
+    kernel_flag,
     replay_command,
     whole_run_text,
 )
@@ -25,7 +26,8 @@ def discrepancy_report(case: Case, outcome: Outcome, device: str, case_path: Pat
     return Report(title=title, kernel=case_kernels(case), device=device, config=case_config(case),
                   program=case.program if case.kind == "lockstep" else None, failed_step=outcome.failed_step,
                   failure=failure_lines(outcome.error, outcome.failed_step, list(kernel_files), verbose),
-                  replay=replay_command(case_path, case.kernel, device_name, family_flags(case)), case=str(case_path),
+                  replay=replay_command(case_path, case.kernel, device_name, family_flags(case), kernel_flag(case)),
+                  case=str(case_path),
                   whole_run=whole_run_text(case.whole_run) if case.whole_run else None)
 
 
@@ -33,5 +35,6 @@ def crash_report(case: Case, message: str, case_path: Path, device: str, device_
     """The process running the kernel died; `message` says how and where."""
     return Report(title=f"blocktable: {message}", kernel=case_kernels(case), device=device, config=case_config(case),
                   program=case.program if case.kind == "lockstep" else None, failed_step=case.failure.get("step"),
-                  replay=replay_command(case_path, case.kernel, device_name, family_flags(case)), case=str(case_path),
+                  replay=replay_command(case_path, case.kernel, device_name, family_flags(case), kernel_flag(case)),
+                  case=str(case_path),
                   crash=True)

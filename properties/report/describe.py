@@ -1,7 +1,8 @@
-"""The harness's things in words, one line or a few each: a step, a slot-mapping or
-KV call, a case's world or call, the command that replays it, a whole run, and a
-failure's decoded element (a slot mapping's first differing token, a table's
-differing row). Reports (report/report.py) are made of these."""
+"""The harness's things in words, one line or a few each: a step, a slot-mapping,
+KV or V2 block-table call, a case's world or call, the command that replays it, a
+whole run, and a failure's decoded element (a slot mapping's first differing token,
+a table's differing row, a V2 buffer's element). Reports (report/report.py) are made
+of these."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from blocktable.properties.lockstep.check import TableRows
 from blocktable.properties.report.frames import exception_lines
 from blocktable.properties.slot.compare import SlotDiscrepancy
 from blocktable.properties.slot.guard import UNWRITTEN
+from blocktable.properties.v2.compare import V2Element
 
 UNWRITTEN_NOTE = "never written by the kernel"
 
@@ -69,22 +71,61 @@ def kv_call_text(call: dict[str, Any]) -> str:
     return f"{head}; {N} requests, {c['cu_lens'][-1]} tokens, {c['out_rows']} output rows"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def v2_call_text(call: dict[str, Any]) -> str:
+    """One V2 block-table call (v2/call.py), one line."""
+    c = call["config"]
+    groups = ", ".join(
+        f"K={k} B={b} M={m}{'' if s else ' replicated'}{'' if e else ' disabled'}"
+        for k, b, m, s, e in zip(c["block_sizes"], c["kernel_block_sizes"], c["max_num_blocks_per_group"],
+                                 c["dcp_sharded"], c["slot_mapping_enabled"]))
+    dcp = f", DCP W={c['cp_size']} R={c['cp_rank']} I={c['cp_interleave']}" if c["cp_size"] > 1 else ""
+    head = (f"v2-{call['op']} {call.get('name', '')}: {_count(len(c['block_sizes']), 'group')} ({groups}), "
+            f"Rmax {c['max_num_reqs']}, Tmax {c['max_num_batched_tokens']}{dcp}")
+    if call["op"] == "append":
+        appends = call["appends"]
+        overwrites = sum(a["overwrite"] for a in appends)
+        return (f"{head}; {_count(len(appends), 'append')} ({_count(overwrites, 'overwrite')}) to "
+                f"{_count(len({a['slot'] for a in appends}), 'slot')}")
+    N = len(call["idx_mapping"])
+    dummies = sum(r < 0 for r in call["idx_mapping"])
+    batch = f"{_count(N, 'batch position')} ({dummies} -1 dummies, {call['idx_dtype']} idx_mapping)"
+    if call["op"] == "gather":
+        return f"{head}; {batch}, num_reqs_padded {call['num_reqs_padded']}"
+    T = call["query_start_loc"][N]
+    return f"{head}; {batch}, {T} tokens, num_tokens_padded {call['num_tokens_padded']}"
+
+
 def case_config(case: Case) -> str:
     """The case's world or call, one line."""
     if case.kind == "kv-call":
         return kv_call_text(case.call or {})
+    if case.kind == "v2-call":
+        return v2_call_text(case.call or {})
     return case.world.describe() if case.world else slot_call_text(case.call or {})
 
 
 def case_kernels(case: Case) -> str:
-    """What the case ran: its kernel and the KV plug-ins it named."""
-    return "; ".join([case.kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items())])
+    """What the case ran: its kernel and the KV and V2 plug-ins it named."""
+    if case.kind == "v2-call":
+        return f"v2-{(case.call or {}).get('op')} {case.kernel}"
+    return "; ".join([case.kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items()),
+                      *(f"v2-{kind} {spec}" for kind, spec in case.v2.items())])
 
 
-def replay_command(case_path: Any, kernel: str, device_name: str, flags: list[str] | None = None) -> str:
+def replay_command(case_path: Any, kernel: str, device_name: str, flags: list[str] | None = None,
+                   flag: str = "--kernel") -> str:
     """The whole command: every plug-in the case ran with is named, so that editing
     one spec points the replay at a fix."""
-    return " ".join([f"blocktable replay {case_path} --kernel {kernel}", *(flags or []), f"--device {device_name}"])
+    return " ".join([f"blocktable replay {case_path} {flag} {kernel}", *(flags or []), f"--device {device_name}"])
+
+
+def kernel_flag(case: Case) -> str:
+    """The replay flag that names the case's kernel: a v2-call's is its op's --v2-* flag."""
+    return f"--v2-{(case.call or {}).get('op')}" if case.kind == "v2-call" else "--kernel"
 
 
 def whole_run_text(whole: dict[str, Any]) -> str:
@@ -144,6 +185,26 @@ def slot_lines(error: SlotDiscrepancy) -> list[str]:
     return lines
 
 
+def v2_where(d: V2Element) -> str:
+    """"group 1, batch index 2, slot 17, column 5"."""
+    parts = [f"group {d.group}"]
+    if d.token is not None:
+        parts.append(f"token {d.token}" + (f" (position {d.position})" if d.position is not None else ""))
+    if d.batch is not None:
+        parts.append(f"request at batch index {d.batch}" if d.buffer == "slots" else f"batch index {d.batch}")
+    if d.slot is not None:
+        parts.append(f"slot {d.slot}" if d.slot >= 0 else "a dummy (slot -1)")
+    if d.column is not None:
+        parts.append(f"column {d.column}")
+    return ", ".join(parts)
+
+
+def v2_lines(d: V2Element) -> list[str]:
+    """A V2 buffer's first differing element: where, why, and both values."""
+    return ["  first differing element:", f"    {d.buffer} of {v2_where(d)}", f"    {d.why}",
+            f"    expected {d.expected}, got {d.actual}"]
+
+
 def table_lines(rows: TableRows) -> list[str]:
     row, source = rows.row, rows.source
     return [f"  row {row} ({source}) as the reference holds it:      {_row_text(rows.rows[0], rows.counts[0])}",
@@ -163,4 +224,6 @@ def failure_lines(error: BaseException | None, failed_step: int | None, kernel_f
         lines.extend(slot_lines(error))
     elif isinstance(error, Discrepancy) and isinstance(error.detail, TableRows):
         lines.extend(table_lines(error.detail))
+    elif isinstance(error, Discrepancy) and isinstance(error.detail, V2Element):
+        lines.extend(v2_lines(error.detail))
     return lines

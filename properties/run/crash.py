@@ -242,9 +242,9 @@ def crash_case(journal: Path, exitcode: int | None, call_timeout: float | None =
             "unknown"
     if header.get("kind") == "stateless-batch":
         return None, stateless_crash(header, exitcode), header.get("device", "unknown")
-    if header.get("kind") == "kv-stateless-batch":
+    if header.get("kind") in ("kv-stateless-batch", "v2-stateless-batch"):
         return None, kv_stateless_crash(header, exitcode), header.get("device", "unknown")
-    if header.get("kind") in ("slot-call", "kv-call"):
+    if header.get("kind") in ("slot-call", "kv-call", "v2-call"):
         case = Case(header["kind"], header["kernel"], {}, call=header["call"])
     else:
         case = Case("lockstep", header["kernel"], {}, world=WorldConfig.from_json(header["world"]), program=steps)
@@ -258,7 +258,7 @@ def describe_crash(case: Case, exitcode: int | None, call_timeout: float | None 
     """Set the case's failure record from its (possibly shrunk) program; return the message."""
     how = describe_exit(exitcode, call_timeout)
     steps = case.program
-    if case.kind in ("slot-call", "kv-call"):
+    if case.kind in ("slot-call", "kv-call", "v2-call"):
         where = f"while running {(case.call or {}).get('name', 'a stateless call')}"
     else:
         where = f"during step {len(steps)}" if steps else "while building the world"
@@ -278,9 +278,10 @@ def stateless_crash(header: dict[str, Any], exitcode: int | None) -> str:
 
 
 def kv_stateless_crash(header: dict[str, Any], exitcode: int | None) -> str:
-    """A call of the KV stateless mode is not journaled whole: say which, and how to
-    run it again."""
-    return (f"blocktable: the process running the kv-{header['op']} kernel {describe_exit(exitcode)} during "
+    """A call of the KV or V2 stateless mode is not journaled whole: say which, and how
+    to run it again."""
+    family = "v2" if header["kind"] == "v2-stateless-batch" else "kv"
+    return (f"blocktable: the process running the {family}-{header['op']} kernel {describe_exit(exitcode)} during "
             f"stateless call {header['batch']}\n  kernel:  {header['kernel']}\n"
             f"  device:  {header.get('device', 'unknown')}\n  config:  {header['call']}\n"
             f"  no case file (the call is not journaled whole); the same seed and kernels repeat it: "

@@ -41,7 +41,7 @@ def describe_failure(case: Case, outcome: Outcome, backend: Backend, case_path: 
                    case=str(case_path), report=report,
                    error=f"{type(error).__name__}: {error}" if error is not None else "",
                    first=first_difference(error),
-                   call=(case.call or {}).get("name") if case.kind in ("slot-call", "kv-call") else None)
+                   call=(case.call or {}).get("name") if case.kind in ("slot-call", "kv-call", "v2-call") else None)
 
 
 def send_failure(send: Send, case: Case, outcome: Outcome, backend: Backend, out: Path, stats: Stats,

@@ -97,7 +97,7 @@ class Failure:
     """A failure as the parent needs it, field by field (the rendered report is for
     people; nothing parses it)."""
 
-    kind: str  # the case's kind: "lockstep", "slot-call" or "kv-call"
+    kind: str  # the case's kind: "lockstep", "slot-call", "kv-call" or "v2-call"
     what: str  # the check that failed ("group 0 rank 1 slot mapping", "crash", ...)
     message: str
     config: str  # the world or the call, one line

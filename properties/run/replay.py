@@ -26,6 +26,7 @@ from blocktable.properties.run.messages import Job, Log, Result
 from blocktable.properties.run.prepare import config_error, plugins_for, prepare_backend
 from blocktable.properties.slot.call import run_slot_call, slot_call
 from blocktable.properties.slot.examples import SPEC_EXAMPLES
+from blocktable.properties.v2.call import run_v2_call
 from blocktable.properties.world import WorldConfig
 
 OnStep = Callable[[int, dict[str, Any]], None]
@@ -74,8 +75,8 @@ def replay_whole_run(whole: dict[str, Any], kernels: Plugins, backend: device.Ba
     return Outcome(True), None, ""
 
 
-def kv_kind_of(job: Job) -> str | None:
-    """The op of a "kv-call" case (its kernel is a KV kernel of that kind), else None.
+def call_kind_of(job: Job, case_kind: str, kinds: tuple[str, ...]) -> str | None:
+    """The op of a `case_kind` case (its kernel is a plug-in of that kind), else None.
     Read before the case is checked: the kernel is loaded first. A file that cannot
     be read is None here and reported when the case is loaded."""
     data = job.case_data
@@ -84,10 +85,20 @@ def kv_kind_of(job: Job) -> str | None:
             data = json.loads(Path(job.case).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-    if isinstance(data, dict) and data.get("kind") == "kv-call" and isinstance(data.get("call"), dict):
+    if isinstance(data, dict) and data.get("kind") == case_kind and isinstance(data.get("call"), dict):
         op = data["call"].get("op")
-        return op if op in plugin.KV_KINDS else None
+        return op if op in kinds else None
     return None
+
+
+def kv_kind_of(job: Job) -> str | None:
+    """The op of a "kv-call" case (its kernel is a KV kernel of that kind), else None."""
+    return call_kind_of(job, "kv-call", plugin.KV_KINDS)
+
+
+def v2_kind_of(job: Job) -> str | None:
+    """The op of a "v2-call" case (its kernel is a V2 kernel of that kind), else None."""
+    return call_kind_of(job, "v2-call", plugin.V2_KINDS)
 
 
 def replay_child(job: Job, send: Send) -> None:
@@ -96,11 +107,12 @@ def replay_child(job: Job, send: Send) -> None:
     backend = prepare_backend(job, send)
     if backend is None:
         return
-    kind = kv_kind_of(job)
+    kind, v2_kind = kv_kind_of(job), v2_kind_of(job)
     try:
         # Counted, so that the parent's watchdog sees a call that does not return (run/calls.py).
         kv_kernel = counted(f"kv-{kind}", plugin.load_kv(kind, job.kernel)) if kind else None
-        kernels = None if kind else counting(plugins_for(job.kernel, job.kv, backend, v2=job.v2))
+        v2_kernel = counted(f"v2-{v2_kind}", plugin.load_v2(v2_kind, job.kernel)) if v2_kind else None
+        kernels = None if kind or v2_kind else counting(plugins_for(job.kernel, job.kv, backend, v2=job.v2))
     except plugin.PluginError as e:
         config_error(send, e)
         return
@@ -146,6 +158,9 @@ def replay_child(job: Job, send: Send) -> None:
     if case.kind == "kv-call":
         kernel = kv_kernel
         outcome = run_kv_call(case.call or {}, kv_kernel, backend.device, strict)  # type: ignore[arg-type]
+    elif case.kind == "v2-call":
+        kernel = v2_kernel
+        outcome = run_v2_call(case.call or {}, v2_kernel, backend.device)  # type: ignore[arg-type]
     elif case.kind == "slot-call":
         assert kernels is not None
         kernel = kernels.slot

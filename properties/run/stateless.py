@@ -10,6 +10,9 @@ and saved as a "slot-call" or "kv-call" case file like any other.
 - `--kv-write/--kv-copy/--kv-gather SPEC`: each KV kernel named (docs/contract.md
   §9), one call a kind in turn, behind guards (kv/call.py); `--examples N` is N
   calls of each.
+- `--v2-append/--v2-gather/--v2-slots SPEC`: each V2 block-table kernel named
+  (docs/contract.md §10) the same way (v2/call.py), a failure saved as a "v2-call"
+  case.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from blocktable.properties.cases.case import Case, provenance
 from blocktable.properties.kv.call import run_kv_call
 from blocktable.properties.kv.draw import call_size, draw
 from blocktable.properties.kv.draw import shrink as shrink_kv
-from blocktable.properties.report.describe import kv_call_text
+from blocktable.properties.report.describe import kv_call_text, v2_call_text
 from blocktable.properties.run.calls import calls as calls_made
 from blocktable.properties.run.calls import counted
 from blocktable.properties.run.child import Send
@@ -40,6 +43,8 @@ from blocktable.properties.slot.call import run_slot_call
 from blocktable.properties.slot.draw import random_call, shrink
 from blocktable.properties.slot.guard import GuardedCall
 from blocktable.properties.slot.truth import slot_mapping_vectorized
+from blocktable.properties.v2 import draw as v2_draw
+from blocktable.properties.v2.call import run_v2_call
 
 
 def run_guarded(kernel: Any, config: dict[str, int], qsl: torch.Tensor, positions: torch.Tensor,
@@ -164,6 +169,63 @@ def kv_stateless_child(job: Job, send: Send) -> None:
             last_sent = now
             stats.elapsed = now - start
             stats.calls = calls_made()
+            send(Progress("stateless", dataclasses.replace(stats)))
+    journal.close()
+    stats.elapsed, stats.calls = time.monotonic() - start, calls_made()
+    send(Result("pass", device=described, stats=stats))
+
+
+def v2_stateless_child(job: Job, send: Send) -> None:
+    """Each V2 block-table kernel named, one call a kind in turn (v2/call.py)."""
+    backend = prepare_backend(job, send)
+    if backend is None:
+        return
+    kinds = [(kind, job.v2[kind]) for kind in plugin.V2_KINDS if kind in job.v2]
+    try:
+        kernels = {kind: counted(f"v2-{kind}", plugin.load_v2(kind, spec)) for kind, spec in kinds}
+    except plugin.PluginError as e:
+        config_error(send, e)
+        return
+    flags = " ".join(f"--v2-{kind} {spec}" for kind, spec in kinds)  # the draws depend on all of them
+    device = backend.device
+    rng = np.random.default_rng(job.seed)
+    limits = v2_draw.INTERPRETED if backend.interpreted else v2_draw.COMPILED
+    journal = Journal(job.journal_path())
+    described = backend.describe()
+    start = time.monotonic()
+    deadline = job.deadline or (start + 60 * job.minutes if job.minutes else None)
+    rounds = job.examples or 100
+    stats = Stats(batches=0, tokens=0)
+    send(Progress("stateless", dataclasses.replace(stats)))
+    last_sent = 0.0
+    done = calls = size = 0
+    while (deadline is None and done < rounds) or (deadline is not None and time.monotonic() < deadline):
+        done += 1
+        for kind, spec in kinds:
+            kernel = kernels[kind]
+            call = v2_draw.draw(kind, rng, limits)
+            journal.start({"kind": "v2-stateless-batch", "kernel": spec, "op": kind, "device": described,
+                           "batch": calls + 1, "seed": job.seed, "call": v2_call_text(call), "flags": flags})
+            outcome = run_v2_call(call, kernel, device)
+            if not outcome.passed:
+                found = time.monotonic()
+                shrunk = v2_draw.shrink(call, outcome.error, kernel, device)
+                case = Case("v2-call", spec, {}, call=shrunk,
+                            provenance=provenance(described, seed=job.seed, mode="stateless"))
+                stats.first_failure_s, stats.examples_to_failure = found - start, done
+                stats.elapsed = time.monotonic() - start
+                journal.close()
+                send_failure(send, case, run_v2_call(shrunk, kernel, device), backend, Path(job.out or "."), stats,
+                             kernel=kernel, verbose=job.verbose)
+                return
+            calls += 1
+            size += v2_draw.call_size(call)
+            stats.batches, stats.tokens = calls, size
+        stats.examples = done  # rounds: each kind named once
+        now = time.monotonic()
+        if now - last_sent > 0.25:
+            last_sent = now
+            stats.elapsed, stats.calls = now - start, calls_made()
             send(Progress("stateless", dataclasses.replace(stats)))
     journal.close()
     stats.elapsed, stats.calls = time.monotonic() - start, calls_made()

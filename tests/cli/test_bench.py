@@ -15,23 +15,11 @@ import pytest
 from blocktable.cli.bench import BASELINE, LABELS, Row, render_markdown
 
 
-def _interpreter_loops_fail() -> bool:
-    """Triton 3.6's interpreter fails on loops with run-time bounds under numpy 2.4 and
-    later (a loop bound arrives as a 1-element array); the slot-mapping kernels have
-    such loops. CPU runners install versions without the problem."""
-    import numpy
-    import triton
-
-    version = lambda text: tuple(int(p) for p in text.split(".")[:2])  # noqa: E731
-    return version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 4)
-
-
-@pytest.mark.skipif(_interpreter_loops_fail(), reason="this triton's interpreter cannot run the slot-mapping "
-                                                      "kernels under this numpy (triton < 3.7, numpy >= 2.4)")
+@pytest.mark.interpreted_loops
 def test_without_a_gpu_the_first_line_says_the_times_are_not_timings(tmp_path):
     # A fresh process: the interpreter must be chosen before any kernel module loads.
     run = subprocess.run([sys.executable, "-m", "blocktable.cli.main", "bench", "--quick", "--device", "cpu",
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     first = run.stdout.splitlines()[0]
     assert first.startswith("WARNING: No GPU") and "not timings" in first, first
@@ -63,7 +51,7 @@ def test_kv_plug_ins_are_timed_beside_ours_and_a_wrong_one_is_not_timed(tmp_path
     late.write_text((examples / "torch_kv_gather.py").read_text().replace("j % block_size", "(j + 1) % block_size"))
     run = subprocess.run([sys.executable, "-m", "blocktable.cli.main", "bench", "--device", "cpu", "--suite", "kv",
                           "--kv-write", f"{examples}/torch_kv_write.py:write", "--kv-gather", f"{late}:gather",
-                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600)
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     table = (tmp_path / "out" / "results.md").read_text()
     assert "| write 8 tokens, 2x8 bfloat16 NHD | torch_kv_write.py:write | " in table

@@ -96,6 +96,10 @@ USAGES = [
      "NameError: name 'undefined_name' is not defined (at "),
     (["fuzz", "--kv-write", "raises_on_import.py:write"], "NameError: name 'undefined_name' is not defined (at "),
     (["bench", "--kv-copy", "missing.py:fn"], "kv-copy kernel file missing.py does not exist"),
+    (["bench", "--v2-gather", "missing.py:fn"], "v2-gather kernel file missing.py does not exist"),
+    (["bench", "--v2-slots", "kv_write.py:write"],
+     "kv_write.py:write does not follow the plug-in contract: missing keyword argument(s) kv_block_sizes, "
+     "kernel_block_sizes, sharded, enabled, cp_world_size, cp_rank, cp_interleave"),
     # a plug-in of another kind: a call of this kind would leave some of its arguments unfilled
     (["fuzz", "--stateless", "--kv-copy", "kv_write.py:write"],
      "kv_write.py:write does not follow the plug-in contract of a kv-copy kernel: it needs 5 positional "

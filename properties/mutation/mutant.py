@@ -1,0 +1,23 @@
+"""One mutant of the gate: a small source change imitating a real bug (catalogue.py
+says how they are written and chosen)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    layer: str  # kernel | table | pool | sequence | prefix | kv kernels | oracle kernels
+    path: str
+    old: str
+    new: str
+    imitates: str
+    kernel: str = "triton"
+    env: dict[str, str] = field(default_factory=dict)
+    equivalent: str | None = None
+    # Which fuzzing runs for it: the lockstep, or `fuzz --stateless` on these V2 kinds
+    # (ours, named as `env` picks them), for the paths one call exercises better than a
+    # program does (overlapping staged writes, say).
+    stateless_v2: tuple[str, ...] = ()
