@@ -65,6 +65,6 @@ def test_the_summary_counts_the_calls_of_each_plugin(cli):
     assert code == 0, out
     row = next(line for line in out.splitlines() if "calls (shrinking included)" in line)
     counts = dict(part.strip().rsplit(" ", 1) for part in row.split("│")[2].split(";"))
-    assert set(counts) == {"kernel", "kv-write", "kv-copy", "kv-gather"}, row
+    assert {"kernel", "kv-write", "kv-copy", "kv-gather"} <= set(counts), row  # ours too (and the V2 worlds')
     assert all(int(n.replace(",", "")) > 0 for n in counts.values()), row
     assert "no discrepancy found" in out

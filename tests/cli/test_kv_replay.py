@@ -79,7 +79,8 @@ def test_plugin_paths_are_stored_relative_to_the_case_file_and_read_back_from_it
 
 
 @pytest.mark.parametrize("flags, said", [
-    (["--kv-write", "torch"], "--kv-write: this kv-call case calls the kv-gather kernel alone"),
+    (["--kv-write", "torch"], "the case is one kv-gather call: --kv-write names a kernel it never calls"),
+    (["--v2-slots", "torch"], "the case is one kv-gather call: --v2-slots names a kernel it never calls"),
     (["--kernel", "torch", "--kv-gather", "torch"], "--kernel and --kv-gather both name the kv-gather kernel"),
 ])
 def test_replay_refuses_a_kv_flag_a_kv_call_case_has_no_use_for(cli, tmp_path, flags, said):
