@@ -2,9 +2,15 @@
 stateful test's entries by the machine class's source text (and its own), so:
 
 1. the class text is the one blocktable 0.1.0 saved its databases with (the file
-   beside this test, copied from that release);
-2. a database that 0.1.0 saved, with a planted bug it found, is replayed by this
-   version as the very first program of another seed's run.
+   beside this test, copied from that release), so a fleet's entries keep their keys;
+2. a database saved with this version's draws, with a planted bug it found, is
+   replayed as the very first program of another seed's run.
+
+An entry is a choice sequence, not a program: where a release changes what the
+worlds draw (0.2.0: the prefix worlds' fresh admission and token ids, the V2
+worlds), an older entry is still replayed first but decodes as another program, so
+a finding saved before does not recur from it (docs/fleet.md says so). 0.1.0's
+database is kept beside this one, as the record of that.
 """
 
 from __future__ import annotations
@@ -35,10 +41,10 @@ def test_the_machine_class_text_is_the_one_databases_were_saved_with(kernels, ba
     assert inspect.getsource(machine) == (DATA / "machine-0.1.0.txt").read_text()
 
 
-def test_a_database_saved_by_0_1_0_is_replayed_first(tmp_path):
-    saved = json.loads((DATA / "database-0.1.0.json").read_text())
+def test_a_saved_database_is_replayed_first(tmp_path):
+    saved = json.loads((DATA / "database-0.2.0.json").read_text())
     database = tmp_path / "db"
-    shutil.copytree(DATA / "database-0.1.0", database)
+    shutil.copytree(DATA / "database-0.2.0", database)
     folder = tmp_path / "k"  # the same file name as when it was saved: the same entries
     folder.mkdir()
     source = EXAMPLE.read_text()
