@@ -42,8 +42,12 @@ def test_ctrl_c_to_the_process_group_exits_130_saying_what_was_kept(tmp_path, jo
     hung.mkdir()
     command = [sys.executable, "-m", "blocktable.cli.main", "fuzz", "--kernel", hanging_kernel(tmp_path),
                "--device", "cpu", "--minutes", "10", "--jobs", str(jobs), "--out", "cases"]
+    # As a terminal starts a command in the foreground: SIGINT at its default, even where
+    # this test runs with it ignored (a background job of a script, which every child
+    # inherits; Python then installs no KeyboardInterrupt at all).
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                           start_new_session=True, env={**os.environ, "HANG_FOLDER": str(hung)})
+                           start_new_session=True, env={**os.environ, "HANG_FOLDER": str(hung)},
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         while len(list(hung.iterdir())) < jobs and run.poll() is None:  # every child hangs in a step now
             time.sleep(0.1)
