@@ -1,11 +1,4 @@
 """The `blocktable` command line: the one place that ties the reference, the
-implementation and the properties together."""
-
-
-def main(argv=None) -> int:
-    from blocktable.cli.main import main as run
-
-    return run(argv)
-
-
-__all__ = ["main"]
+implementation and the properties together. The entry point is
+blocktable.cli.main:main; this package module imports nothing, so that its
+commands (which import their siblings through it) make no import circle."""
