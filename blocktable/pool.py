@@ -13,6 +13,10 @@ after the last block. The cache map is a dict from block hash to (group, prefix
 length, insertion-ordered dict of blocks), and each block's hash is kept per block,
 so eviction on allocate is O(1) too. With prefix caching off the ring stays: it
 moves ids in numpy slices, which the linked list cannot.
+
+`free_order="vllm"` (§6, amended) puts freed blocks that are not cached at the head
+instead of the tail: the ring moves its head back over them, the linked queue links
+them in after its head sentinel.
 """
 
 from __future__ import annotations
@@ -21,12 +25,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
+FREE_ORDERS = ("tail", "vllm")
+
 
 class BlockPool:
-    def __init__(self, num_blocks: int, null_block: bool = True, prefix_caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, null_block: bool = True, prefix_caching: bool = False,
+                 free_order: str = "tail") -> None:
         first = 1 if null_block else 0
         if not isinstance(num_blocks, int) or num_blocks < first + 1:
             raise ValueError(f"num_blocks must be an int >= {first + 1}, got {num_blocks!r}")
+        if free_order not in FREE_ORDERS:
+            raise ValueError(f"free_order must be one of {', '.join(FREE_ORDERS)}, got {free_order!r}")
+        self.free_order = free_order
         self.num_blocks = num_blocks
         self.null_block = null_block
         self.prefix_caching = prefix_caching
@@ -112,9 +122,17 @@ class BlockPool:
         self.ref[blocks] -= 1
         released = blocks[self.ref[blocks] == 0]
         if self._next is not None:
-            self._push(released.tolist())
+            back: list[int] = released.tolist()
+            if self.free_order == "vllm":
+                self._push_front([b for b in back if self._hash_of[b] is None])
+                back = [b for b in back if self._hash_of[b] is not None]
+            self._push(back)
             return
-        at = (self._head + self._size + np.arange(released.size)) % len(self._ring)
+        if self.free_order == "vllm":  # nothing is cached: every block goes to the head
+            self._head = (self._head - released.size) % len(self._ring)
+            at = (self._head + np.arange(released.size)) % len(self._ring)
+        else:
+            at = (self._head + self._size + np.arange(released.size)) % len(self._ring)
         self._ring[at] = released
         self._size += released.size
 
@@ -163,6 +181,17 @@ class BlockPool:
         for b in ids:
             last = prv[tail]
             nxt[last], prv[b], nxt[b], prv[tail] = b, last, tail, b
+        self._size += len(ids)
+
+    def _push_front(self, ids: list[int]) -> None:
+        """Link ids in at the head, so that the queue then starts with them in this order."""
+        nxt, prv = self._next, self._prev
+        assert nxt is not None
+        before = self._HEAD
+        for b in ids:
+            after = nxt[before]
+            nxt[before], prv[b], nxt[b], prv[after] = b, before, after, b
+            before = b
         self._size += len(ids)
 
     def _unlink(self, b: int) -> None:
@@ -231,6 +260,10 @@ class BlockPool:
             self._cached.clear()
             self._hash_of = [None] * self.num_blocks
         return True
+
+    def cache_entries(self) -> list[tuple[bytes, list[int]]]:
+        """(hash, blocks) per key, in insertion order."""
+        return [(h, list(entry[2])) for h, entry in self._cached.items()]
 
     def cache_listing(self) -> list[tuple[int, int, list[int]]]:
         """(group, prefix length in tokens, blocks) per key, keys and blocks in insertion

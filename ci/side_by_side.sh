@@ -9,6 +9,8 @@
 #                 (for a machine that has no git history, such as a GPU host's copy)
 #   A_ENV, B_ENV: optional environment settings for each side, for example
 #                 A_ENV="BLOCKTABLE_PREFIX_WORLDS=0" (the same revision without prefix caching)
+#   A_ARGS, B_ARGS: optional extra `fuzz` arguments for each side, for example
+#                 B_ARGS="--pool ours" (our pool through the class path, beside the direct one)
 #   CORES_A, CORES_B: the two core sets (default 2-3 and 4-5); DEVICE: cuda (default) or cpu
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,16 +30,17 @@ tree() {  # REV DEST: the package laid out as installed (blocktable/ with its th
 }
 tree "$A" a; tree "$B" b
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-fuzz() {  # SIDE CORES ENV LABEL
+fuzz() {  # SIDE CORES ENV LABEL ARGS
+  # shellcheck disable=SC2086
   (cd "$work" && env $3 PYTHONPATH="$work/$1" taskset -c "$2" python -c \
     "import sys; from blocktable.cli.main import main; sys.exit(main())" \
-    fuzz --minutes "$MINUTES" --seed "$SEED" --device "$DEVICE" --out "$work/cases-$4" > "$work/$4.txt" 2>&1)
+    fuzz --minutes "$MINUTES" --seed "$SEED" --device "$DEVICE" --out "$work/cases-$4" $5 > "$work/$4.txt" 2>&1)
 }
 # One short run first, so that both sides find Triton's compile cache warm.
 (cd "$work" && PYTHONPATH="$work/a" python -c "import sys; from blocktable.cli.main import main; sys.exit(main())" \
   fuzz --examples 20 --device "$DEVICE" --out "$work/warm" > /dev/null 2>&1) || true
-fuzz a "$CORES_A" "${A_ENV:-}" a1 & fuzz b "$CORES_B" "${B_ENV:-}" b1 & wait
-fuzz a "$CORES_B" "${A_ENV:-}" a2 & fuzz b "$CORES_A" "${B_ENV:-}" b2 & wait
+fuzz a "$CORES_A" "${A_ENV:-}" a1 "${A_ARGS:-}" & fuzz b "$CORES_B" "${B_ENV:-}" b1 "${B_ARGS:-}" & wait
+fuzz a "$CORES_B" "${A_ENV:-}" a2 "${A_ARGS:-}" & fuzz b "$CORES_A" "${B_ENV:-}" b2 "${B_ARGS:-}" & wait
 rate() { grep -E "^│ checked steps" "$work/$1.txt" | grep -oE "\(([0-9.]+)/s\)" | tr -d '(/s)'; }
 a1=$(rate a1); b1=$(rate b1); a2=$(rate a2); b2=$(rate b2)
 echo "checked steps/s: first run A $a1, B $b1; swapped A $a2, B $b2"

@@ -19,7 +19,7 @@ from blocktable.properties.run.confirm import replay_case
 
 def check_case(path: Path, kernel: str | None = None, device: str = "auto",
                plugins: dict[str, dict[str, str]] | None = None) -> None:
-    """`plugins`: by family ("kv", "v2") and kind, plug-ins in place of the case's
+    """`plugins`: by family ("kv", "v2", "classes") and kind, plug-ins in place of the case's
     (for a kv-call or v2-call case, one of its op in place of its kernel)."""
     path = Path(path)
     case = load(path)
@@ -32,7 +32,7 @@ def check_case(path: Path, kernel: str | None = None, device: str = "auto",
         kernel = v2.pop(op, None) or kernel
     # A kernel that hangs fails the test instead of hanging pytest.
     attempt = replay_case(case, kernel or case.kernel, device, path, kv=kv, v2=v2,
-                          call_timeout=DEFAULT_CALL_TIMEOUT_S)
+                          classes=dict((plugins or {}).get("classes") or {}), call_timeout=DEFAULT_CALL_TIMEOUT_S)
     if attempt.status == "config-error":
         raise AssertionError(f"{path.name}: {attempt.text}")
     if attempt.status != "pass":

@@ -86,6 +86,7 @@ class WorldConfig:
     fresh_admission: bool = False
     vocabulary: tuple[int, ...] = ()
     v2: V2Config | None = None  # docs/contract.md §10: V2 block tables kept beside the V1 ones
+    free_order: str = "tail"  # docs/contract.md §6: where freed blocks join the queue ("tail" or "vllm")
 
     def __post_init__(self) -> None:
         if not self.groups:
@@ -106,6 +107,8 @@ class WorldConfig:
         if any(not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < INT32_MAX for t in self.vocabulary) \
                 or len(set(self.vocabulary)) != len(self.vocabulary):
             raise ValueError(f"vocabulary: distinct token ids in [0, 2**31 - 1) expected, got {list(self.vocabulary)}")
+        if self.free_order not in ("tail", "vllm"):
+            raise ValueError(f"free_order must be tail or vllm, got {self.free_order!r}")
         if self.v2 is not None:
             flags = self.v2.slot_mapping_enabled
             if flags and (len(flags) != len(self.groups) or any(not isinstance(f, bool) for f in flags)):
@@ -131,6 +134,8 @@ class WorldConfig:
         for name in ("fresh_admission", "vocabulary", "v2"):  # written only when set: older files stay as they were
             if not data[name]:
                 del data[name]
+        if data["free_order"] == "tail":
+            del data["free_order"]
         return data
 
     @classmethod
@@ -159,6 +164,7 @@ class WorldConfig:
                 f"{'; prefix caching' if self.prefix_caching else ''}"
                 f"{' (fresh blocks on admission)' if self.fresh_admission else ''}"
                 f"{f', token ids {list(self.vocabulary)}' if self.vocabulary else ''}"
+                f"{'; freed blocks to the head (vLLM order)' if self.free_order == 'vllm' else ''}"
                 f"{'; ' + self.kv.describe() if self.kv else ''}"
                 f"{'; ' + self._v2_text() if self.v2 is not None else ''}")
 

@@ -5,6 +5,11 @@ Blocks are 0 .. num_blocks-1. With null_block=True block 0 is reserved: never
 allocated, never freed, never queued. The queue is a plain list, scanned and
 sliced; the implementation's queue is O(1) and must hand out the same ids.
 
+Where a freed block goes is the pool's `free_order` (§6, amended): "tail" puts every
+block reaching ref 0 at the tail; "vllm" (vLLM v1 since #51482) puts the uncached
+ones at the head, the head then reading them in the order given, and the cached ones
+at the tail.
+
 The cache map is a dict from key to a list of blocks: the dict keeps keys in
 insertion order, and a list that never holds a block twice is an insertion-ordered
 set. Which key a block is under is found by scanning the map.
@@ -37,10 +42,17 @@ def _as_ids(ids: Iterable[int], what: str) -> list[int]:
     return out
 
 
+FREE_ORDERS = ("tail", "vllm")
+
+
 class BlockPool:
-    def __init__(self, num_blocks: int, null_block: bool = True, prefix_caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, null_block: bool = True, prefix_caching: bool = False,
+                 free_order: str = "tail") -> None:
         if type(num_blocks) is not int or num_blocks < (2 if null_block else 1):
             raise ValueError(f"num_blocks must be an int >= {2 if null_block else 1}, got {num_blocks!r}")
+        if free_order not in FREE_ORDERS:
+            raise ValueError(f"free_order must be one of {', '.join(FREE_ORDERS)}, got {free_order!r}")
+        self.free_order = free_order
         self.num_blocks = num_blocks
         self.null_block = null_block
         self.ref = np.zeros(num_blocks, dtype=np.int64)  # per block: how many live tables hold it
@@ -107,13 +119,22 @@ class BlockPool:
         return ids
 
     def free(self, ids: Sequence[int]) -> None:
-        """Release one request's blocks, given last block first. Each ref drops by one;
-        blocks reaching 0 join the tail of the queue in the order given."""
+        """Release one request's blocks, given last block first. Each ref drops by one.
+        Blocks reaching 0 join the queue in the order given: at the tail, or with
+        free_order="vllm" the uncached ones at the head (so the next allocation takes
+        the first of them first) and the cached ones at the tail."""
         ids = self._blocks_in_use(ids, "free", "double free of block {b} (its ref is already 0)")
+        released = []
         for b in ids:
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.queue.append(b)
+                released.append(b)
+        if self.free_order == "tail":
+            self.queue.extend(released)
+            return
+        uncached = [b for b in released if not self.is_cached(b)]
+        self.queue[:0] = uncached
+        self.queue.extend(b for b in released if self.is_cached(b))
 
     def share(self, ids: Sequence[int]) -> None:
         """Fork: one more table holds each of these blocks. Ids must be distinct and in use."""

@@ -125,6 +125,25 @@ def v2_specs(args: argparse.Namespace) -> dict[str, str]:
             if getattr(args, f"v2_{kind}", None) is not None}
 
 
+def normalize_class(kind: str, spec: str) -> str:
+    """normalize_kernel for a class plug-in of `kind` ("pool"): `ours`, MODULE:Class or
+    FILE.py:Class."""
+    return normalize_kernel(spec, list(plugin.builtin_classes(kind)), plugin.CLASS_CONTRACTS[kind].noun)
+
+
+def add_classes(parser: argparse.ArgumentParser) -> None:
+    """--pool: a class under test in place of ours (docs/contract.md §11)."""
+    parser.add_argument("--pool", metavar="ours|MODULE:Class|FILE.py:Class",
+                        help="a block-pool class under test in place of ours, driven through the pool protocol "
+                             "(ours: our pool through the same protocol; see docs/plugins.md)")
+
+
+def class_specs(args: argparse.Namespace) -> dict[str, str]:
+    """The class plug-ins named (--pool), normalized, by kind."""
+    return {kind: normalize_class(kind, getattr(args, kind)) for kind in plugin.CLASS_KINDS
+            if getattr(args, kind, None) is not None}
+
+
 def check_folder(path: Path, flag: str) -> None:
     """UsageError, naming `flag` and the path, unless `path` is a folder blocktable can
     write in or one it can make."""

@@ -18,10 +18,12 @@ from blocktable.cli.common import (
     EXIT_PASS,
     UsageError,
     add_call_timeout,
+    add_classes,
     add_kernel_and_device,
     add_kv_kernels,
     add_v2_kernels,
     check_folder,
+    class_specs,
     console,
     interrupted,
     make_folder,
@@ -47,6 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_kernel_and_device(p)
     add_kv_kernels(p)
     add_v2_kernels(p)
+    add_classes(p)
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--examples", type=int, metavar="N", help="lockstep examples to run (default: the profile's)")
     budget.add_argument("--minutes", type=float, metavar="M", help="fuzz for M minutes instead")
@@ -122,6 +125,8 @@ def _check(args: argparse.Namespace) -> None:
     if args.stateless and named and any(getattr(args, f"v2_{kind}", None) is not None for kind in V2_KINDS):
         raise UsageError(f"--stateless fuzzes the KV kernels or the V2 block-table kernels named, not both in one "
                          f"run: drop {named[0]} or the --v2-* flags")
+    if args.stateless and getattr(args, "pool", None) is not None:
+        raise UsageError("--pool puts a class under the lockstep, which --stateless does not run: drop one of them")
 
 
 def _jobs(args: argparse.Namespace) -> int:
@@ -167,8 +172,10 @@ def _run(args: argparse.Namespace) -> int:
     kv = {kind: normalize_kv(kind, getattr(args, f"kv_{kind}")) for kind in KV_KINDS
           if getattr(args, f"kv_{kind}") is not None}
     v2 = v2_specs(args)
+    classes = class_specs(args)
     kv_text = "; ".join([f"kv-{kind} {spec}" for kind, spec in kv.items()]
-                        + [f"v2-{kind} {spec}" for kind, spec in v2.items()])
+                        + [f"v2-{kind} {spec}" for kind, spec in v2.items()]
+                        + [f"{kind} {spec}" for kind, spec in classes.items()])
     # What the progress line and the summary name: the kernels under test.
     shown = kv_text if args.stateless and (kv or v2) else "; ".join(filter(None, [kernel, kv_text]))
     jobs = _jobs(args)
@@ -179,8 +186,8 @@ def _run(args: argparse.Namespace) -> int:
     job = Job(kernel, device=args.device, examples=examples, minutes=args.minutes, seed=args.seed,
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
               database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan, v2=v2,
-              deadline=budget.deadline if budget else None, shrink_deadline=budget.shrink_until if budget else None,
-              call_timeout=args.call_timeout or None)
+              classes=classes, deadline=budget.deadline if budget else None,
+              shrink_deadline=budget.shrink_until if budget else None, call_timeout=args.call_timeout or None)
     until = budget.end if budget else None
     target: Target
     if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)
@@ -212,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
     _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
     if result.status == "config-error":
         return usage_error("fuzz", result.message)
-    named = _under_test(args, kernel, kv, v2)
+    named = {**_under_test(args, kernel, kv, v2), **classes}
     _summary(shown, args, latest, result, time.monotonic() - start, workers, named)
     if result.status == "pass" or result.failure is None:
         # A plug-in it never called was not checked: that run cannot pass.

@@ -3,7 +3,7 @@ report. Exit 1 if it still fails, 0 if it now passes, 2 on a usage error.
 `--repeat N` replays it N times, each in a fresh process, and says how many failed
 (for races and kernels that keep state). `--emit-test DIR` writes a plain pytest
 regression test (plus a copy of the case). `--kv-write/--kv-copy/--kv-gather SPEC` and
-`--v2-append/--v2-gather/--v2-slots SPEC` replay with another plug-in of that kind (a
+`--v2-append/--v2-gather/--v2-slots SPEC` and `--pool CLASS` replay with another plug-in of that kind (a
 fix) in place of the one the case names."""
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from blocktable.cli.common import (
     add_kernel_and_device,
     check_folder,
     console,
+    normalize_class,
     normalize_kernel,
     normalize_kv,
     normalize_v2,
     usage_error,
 )
 from blocktable.plugin import KernelSpec
-from blocktable.properties.cases.case import REPLAY_FAMILIES, Case, load
+from blocktable.properties.cases.case import REPLAY_FAMILIES, Case, flag_of, label_of, load
 from blocktable.properties.report.describe import whole_run_text
 from blocktable.properties.report.report import render
 from blocktable.properties.run.confirm import Attempt, interpreter_verdict, replay_case
@@ -38,15 +39,17 @@ VERBOSE_VARIABLE = "BLOCKTABLE_VERBOSE"
 KERNEL_VARIABLE = "BLOCKTABLE_KERNEL"
 DEVICE_VARIABLE = "BLOCKTABLE_DEVICE"
 # How each plug-in family's specs are checked, by the prefix of its flags.
-NORMALIZE: dict[str, Callable[[str, str], str]] = {"kv": normalize_kv, "v2": normalize_v2}
+NORMALIZE: dict[str, Callable[[str, str], str]] = {"kv": normalize_kv, "v2": normalize_v2,
+                                                    "classes": normalize_class}
 # The case kinds that are one call of a family's kernel: their kernel is that family's plug-in.
 CALL_FAMILIES = {"kv-call": "kv", "v2-call": "v2"}
 Plugins = dict[str, dict[str, str]]  # family -> kind -> spec
 
 
 def plugin_variable(family: str, kind: str) -> str:
-    """What an emitted test reads for another plug-in of a kind: BLOCKTABLE_KV_GATHER."""
-    return f"BLOCKTABLE_{family.upper()}_{kind.upper()}"
+    """What an emitted test reads for another plug-in of a kind: BLOCKTABLE_KV_GATHER,
+    BLOCKTABLE_POOL."""
+    return "BLOCKTABLE_" + label_of(family, kind).upper().replace("-", "_")
 
 
 def _positive(text: str) -> int:
@@ -67,8 +70,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                       "default: the device the case was found on, else auto")
     for family, kinds in REPLAY_FAMILIES.items():
         for kind in kinds:
-            p.add_argument(f"--{family}-{kind}", metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
-                           help=f"replay with this {family}-{kind} plug-in (a fix) instead of the one the case names")
+            what = "ours|MODULE:Class|FILE.py:Class" if family == "classes" else "NAME|MODULE:FUNCTION|FILE.py:FUNCTION"
+            p.add_argument(flag_of(family, kind), metavar=what,
+                           help=f"replay with this {label_of(family, kind)} plug-in (a fix) instead of the one the "
+                                f"case names")
     add_call_timeout(p)
     p.add_argument("--emit-test", type=Path, metavar="DIR", help="write a pytest regression test for the case into DIR")
     p.add_argument("--repeat", type=_positive, default=1, metavar="N",
@@ -83,7 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _given(args: argparse.Namespace) -> Plugins:
     """The --FAMILY-KIND plug-ins named, checked, by family and kind."""
     return {family: {kind: NORMALIZE[family](kind, spec) for kind in kinds
-                     if (spec := getattr(args, f"{family}_{kind}", None)) is not None}
+                     if (spec := getattr(args, flag_of(family, kind)[2:].replace("-", "_"), None)) is not None}
             for family, kinds in REPLAY_FAMILIES.items()}
 
 
@@ -93,7 +98,7 @@ def _kernel_and_plugins(args: argparse.Namespace, case: Case) -> tuple[str, Plug
     that op (--kv-gather, --v2-slots, ...) replaces it; a flag of another kind names
     a kernel the case never calls."""
     given = _given(args)
-    named = [f"--{family}-{kind}" for family, specs in given.items() for kind in specs]
+    named = [flag_of(family, kind) for family, specs in given.items() for kind in specs]
     family = CALL_FAMILIES.get(case.kind)
     if family is None:
         if case.kind != "lockstep" and named:
@@ -160,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
 def _with(kernel: str, case: Case, plugins: Plugins | None) -> str:
     """What the replay ran, as the closing line names it."""
     ran = {family: {**getattr(case, family), **(plugins or {}).get(family, {})} for family in REPLAY_FAMILIES}
-    return "; ".join([kernel, *(f"{family}-{kind} {spec}" for family, specs in ran.items()
+    return "; ".join([kernel, *(f"{label_of(family, kind)} {spec}" for family, specs in ran.items()
                                 for kind, spec in specs.items())])
 
 
@@ -180,7 +185,8 @@ def replay(case_path: Path, kernel: str, device: str, verbose: bool = False, cas
         case = load(case_path)
     attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
                           on_log=lambda text: console.print(text, markup=False), strict_nan=strict_nan,
-                          call_timeout=call_timeout, v2=(plugins or {}).get("v2"))
+                          call_timeout=call_timeout, v2=(plugins or {}).get("v2"),
+                          classes=(plugins or {}).get("classes"))
     if attempt.status == "config-error":
         return usage_error("replay", attempt.text)
     _explain_whole_run(case, attempt)
@@ -207,7 +213,8 @@ def repeat(case_path: Path, case: Case, kernel: str, device: str, times: int, ve
     first: Attempt | None = None
     for i in range(times):
         attempt = replay_case(case, kernel, device, case_path, verbose, kv=(plugins or {}).get("kv"),
-                              strict_nan=strict_nan, call_timeout=call_timeout, v2=(plugins or {}).get("v2"))
+                              strict_nan=strict_nan, call_timeout=call_timeout, v2=(plugins or {}).get("v2"),
+                          classes=(plugins or {}).get("classes"))
         if attempt.status == "config-error":
             return usage_error("replay", attempt.text)
         verdict = "passes" if attempt.status == "pass" else ("crashes" if attempt.crashed else "fails")
@@ -295,10 +302,10 @@ def emit_test(case_path: Path, case: Case, folder: Path, kernel: str, device: st
     plugins_expr = "{" + ", ".join(families) + "}"
     variables = {family: {kind: plugin_variable(family, kind) for kind in kinds}
                  for family, kinds in REPLAY_FAMILIES.items()}
-    named = [f"{family}-{kind}" for family in REPLAY_FAMILIES for kind in getattr(case, family)]
+    named = [label_of(family, kind) for family in REPLAY_FAMILIES for kind in getattr(case, family)]
     plugins_doc = f" ({', '.join(named)})" if named else ""
     if given:
-        plugins_doc += "; " + ", ".join(f"{family}-{kind} replaced by {_kernel_expression(spec, folder)[1]}"
+        plugins_doc += "; " + ", ".join(f"{label_of(family, kind)} replaced by {_kernel_expression(spec, folder)[1]}"
                                         for family, specs in given.items() for kind, spec in specs.items())
     slug = "".join(c if c.isalnum() else "_" for c in case_path.stem)
     test = folder / f"test_{slug}.py"

@@ -78,6 +78,14 @@ def check_signature(fn: Callable, spec: str, contract: Contract = SLOT_MAPPING) 
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return  # builtins and C extensions: trust, the first call will tell
+    check_parameters(sig, spec, contract)
+
+
+def check_parameters(sig: inspect.Signature | None, spec: str, contract: Contract) -> None:
+    """check_signature on a signature already taken (a method's, without `self`); None:
+    no signature to read, trusted."""
+    if sig is None:
+        return
     params = sig.parameters.values()
     kind = inspect.Parameter
     if not any(p.kind is kind.VAR_KEYWORD for p in params):

@@ -9,8 +9,9 @@ import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from blocktable.plugin.classes import CLASS_CONTRACTS, CLASS_KINDS, builtin_classes, check_class
 from blocktable.plugin.contract import (
     KV_CONTRACTS,
     KV_KINDS,
@@ -146,6 +147,8 @@ class Plugins:
     slot_spec: str = "triton"
     strict_nan: bool = False
     v2: V2Plugins | None = None  # None: the V2 worlds use ours
+    pool: type | None = None  # a pool class (docs/contract.md §11) in place of ours; None: ours, directly
+    classes: dict[str, str] | None = None  # how each class plug-in was named, by kind
 
 
 def load_kv_kernels(specs: dict[str, str] | None = None) -> KVKernels:
@@ -183,7 +186,25 @@ def findable(text: str, names: Builtins | list[str], noun: str) -> KernelSpec:
 
 
 def resolve(text: str, names: Builtins, contract: Contract) -> Callable:
-    noun = contract.noun
+    fn = found(text, names, contract.noun, "function")
+    check_signature(fn, text, contract)
+    return fn
+
+
+def resolve_class(text: str, kind: str) -> type:
+    """Resolve a class plug-in of `kind` ("pool"): `ours`, `MODULE:Class` or
+    `FILE.py:Class`, checked against its protocol (docs/contract.md §11)."""
+    if kind not in CLASS_CONTRACTS:
+        raise PluginError(f"unknown class kind {kind!r}: one of {', '.join(CLASS_KINDS)}")
+    contract = CLASS_CONTRACTS[kind]
+    cls = found(text, builtin_classes(kind), contract.noun, "class")
+    check_class(cls, text, contract)
+    return cls
+
+
+def found(text: str, names: Builtins, noun: str, what: str) -> Any:
+    """The object `text` names (a built-in's loader called), imported; PluginError
+    when it cannot be found or imported. `what`: how a missing one is named."""
     spec = findable(text, names, noun)
     if spec.name:
         return names[spec.name]()
@@ -207,7 +228,6 @@ def resolve(text: str, names: Builtins, contract: Contract) -> Callable:
         where = spec.module
     fn = getattr(module, spec.function, None)
     if fn is None or not callable(fn):
-        raise PluginError(f"{where} has no function {spec.function!r}" if fn is None else
-                          f"{where}: {spec.function!r} is not a function (it is a {type(fn).__name__})")
-    check_signature(fn, text, contract)
+        raise PluginError(f"{where} has no {what} {spec.function!r}" if fn is None else
+                          f"{where}: {spec.function!r} is not a {what} (it is a {type(fn).__name__})")
     return fn

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from blocktable.plugin import KV_KINDS, V2_KINDS, KernelSpec, PluginError
+from blocktable.plugin import CLASS_KINDS, KV_KINDS, V2_KINDS, KernelSpec, PluginError
 from blocktable.properties.cases.confirmation import Confirmation
 from blocktable.properties.cases.credentials import masked
 from blocktable.properties.cases.schema import FORMAT, VERSION, CaseError, fields
@@ -48,12 +48,23 @@ from blocktable.properties.world import WorldConfig
 # The plug-in families a case records beside its kernel, each a Case field of the
 # same name, by kind: `replay` takes a --FAMILY-KIND flag for each kind, and the
 # printed replay line names them. A family added here is replayable everywhere.
-REPLAY_FAMILIES: dict[str, tuple[str, ...]] = {"kv": KV_KINDS, "v2": V2_KINDS}
+REPLAY_FAMILIES: dict[str, tuple[str, ...]] = {"kv": KV_KINDS, "v2": V2_KINDS, "classes": CLASS_KINDS}
+
+
+def flag_of(family: str, kind: str) -> str:
+    """The flag that names a plug-in of this family and kind: `--kv-gather`; a class
+    plug-in's is its kind alone, `--pool`."""
+    return f"--{kind}" if family == "classes" else f"--{family}-{kind}"
+
+
+def label_of(family: str, kind: str) -> str:
+    """How summaries and call counts name it: `kv-gather`, `pool`."""
+    return flag_of(family, kind)[2:]
 
 
 def family_flags(case: Case) -> list[str]:
     """`--kv-gather SPEC`, ... for every plug-in the case names in a replayable family."""
-    return [f"--{family}-{kind} {spec}" for family in REPLAY_FAMILIES
+    return [f"{flag_of(family, kind)} {spec}" for family in REPLAY_FAMILIES
             for kind, spec in getattr(case, family).items()]
 
 
@@ -100,6 +111,8 @@ class Case:
     strict_nan: bool = False
     # The V2 block-table plug-ins it ran with, by kind ("append", "gather", "slots").
     v2: dict[str, str] = field(default_factory=dict)
+    # The class plug-ins (docs/contract.md §11) it ran with, by kind ("pool").
+    classes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self, folder: Path | None = None) -> dict[str, Any]:
         """The case as its file holds it; with `folder` (where the file goes), file
@@ -120,6 +133,8 @@ class Case:
             data["strict_nan"] = True
         if self.v2:
             data["v2"] = {kind: stored(spec) for kind, spec in self.v2.items()}
+        if self.classes:
+            data["classes"] = {kind: stored(spec) for kind, spec in self.classes.items()}
         return data
 
     @classmethod
@@ -133,7 +148,7 @@ class Case:
             raise CaseError(f"{where}: {e}") from None
         if folder is not None:
             found["kernel"] = absolute_spec(found["kernel"], folder)
-            for family in ("kv", "v2"):
+            for family in REPLAY_FAMILIES:
                 found[family] = {kind: absolute_spec(spec, folder) for kind, spec in found[family].items()}
         confirmation = found.pop("confirmation")
         return cls(**found, confirmation=Confirmation.from_json(confirmation) if confirmation else None)
@@ -146,14 +161,15 @@ class Case:
                            "world": self.world.to_json() if self.world else None,
                            "program": self.program, "call": self.call, "kv": self.kv,
                            **({"strict_nan": True} if self.strict_nan else {}),
-                           **({"v2": self.v2} if self.v2 else {})}, sort_keys=True, default=str)
+                           **({"v2": self.v2} if self.v2 else {}),
+                           **({"classes": self.classes} if self.classes else {})}, sort_keys=True, default=str)
         return hashlib.sha256(body.encode()).hexdigest()[:10]
 
     def path_in(self, folder: Path) -> Path:
         """Where `save` puts the case: named by the plug-ins under test (each one's
         file and function: the KV and V2 plug-ins when any was named, else the kernel) and
         the digest, so that cases of different kernels never overwrite one another."""
-        named = [*self.kv.values(), *self.v2.values()] or [self.kernel]
+        named = [*self.kv.values(), *self.v2.values(), *self.classes.values()] or [self.kernel]
         stems = "-".join(dict.fromkeys(kernel_stem(spec) for spec in named))
         return folder / f"case-{stems}-{self.digest()}.json"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blocktable.plugin import KV_KINDS, V2_KINDS
+from blocktable.plugin import CLASS_KINDS, KV_KINDS, V2_KINDS
 from blocktable.properties.kv.call import check_call
 from blocktable.properties.lockstep.schema import check_program, type_name
 from blocktable.properties.v2.call import check_call as check_v2_call
@@ -74,8 +74,16 @@ def fields(data: Any) -> dict[str, Any]:
     if not (isinstance(v2, dict) and all(k in V2_KINDS and isinstance(v, str) and v.strip()
                                          for k, v in v2.items())):
         raise CaseError("'v2' must be an object naming a V2 plug-in for each of append, gather, slots it lists")
+    classes = data.get("classes") or {}
+    if not (isinstance(classes, dict) and all(k in CLASS_KINDS and isinstance(v, str) and v.strip()
+                                              for k, v in classes.items())):
+        raise CaseError(f"'classes' must be an object naming a class plug-in for each of "
+                        f"{', '.join(CLASS_KINDS)} it lists")
+    if classes and kind != "lockstep":
+        raise CaseError(f"'classes' names class plug-ins, which only a lockstep case runs, not a {kind} case")
     case: dict[str, Any] = dict(kind=kind, kernel=kernel, failure=failure, provenance=provenance_data,
-                                confirmation=confirmation, kv=dict(kv), strict_nan=strict_nan, v2=dict(v2))
+                                confirmation=confirmation, kv=dict(kv), strict_nan=strict_nan, v2=dict(v2),
+                                classes=dict(classes))
     if kind == "lockstep":
         world = _world(_require(data, "world", lambda v: isinstance(v, dict), "an object (the world)"), "world")
         program = _program(_require(data, "program", lambda v: isinstance(v, list), "a list of steps"), world,

@@ -21,6 +21,10 @@ CUDA_GRAPH_PADDING = "cuda-graph padding"
 IDS_NEAR_INT32_MAX = "ids offset toward 2**31-1"
 STALE_ROW = "finished row left stale"
 ROW_FILLED = "row filled to its width"
+# docs/contract.md §6's vLLM free order: one free puts two or more uncached blocks at
+# the head (where their order shows), or, with prefix caching, splits between head and tail.
+FREED_TO_HEAD = "vLLM-order free: blocks to the head"
+FREED_SPLIT = "vLLM-order free: cached to the tail, uncached to the head"
 # Prefix caching (docs/contract.md §8).
 HIT_FREED = "prefix hit of a freed block"  # ref 0: it leaves the free queue from where it stands
 HIT_IN_USE = "prefix hit of a block in use"
@@ -60,7 +64,7 @@ def rejected(kind: str) -> str:
 
 LABELS: tuple[str, ...] = (
     FORK_DEPTH_2, COPY_ON_WRITE, REF_3, ROW_REUSED_SHORTER, SELF_MOVE, SELF_SWAP, TILE_CROSSING, NON_LOCAL_DCP,
-    POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW,
+    POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW, FREED_TO_HEAD, FREED_SPLIT,
     *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
     HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, FRESH_HIT_IN_USE, FRESH_HIT_QUEUED,
     FRESH_EVICTS, FRESH_FITS_BY_IN_USE, FRESH_HITS_ONLY, KV_COPY, KV_FP8, KV_GATHER, V2_OVERWRITE, V2_PERMUTED,

@@ -16,6 +16,7 @@ wanted.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from blocktable.device import Backend
-from blocktable.plugin import Plugins
+from blocktable.plugin import Plugins, declared_free_orders
 from blocktable.properties.lockstep import strategies
 from blocktable.properties.lockstep.driver import Lockstep
 from blocktable.properties.lockstep.prompts import noise, prompt_from
@@ -51,8 +52,10 @@ class Recorder:
 def make_machine(kernels: Plugins, backend: Backend, worlds: st.SearchStrategy[WorldConfig] | None = None,
                  on_run: Callable[[Lockstep], None] | None = None,
                  recorder: Recorder | None = None) -> type[RuleBasedStateMachine]:
-    return _machine(kernels, backend, worlds if worlds is not None else strategies.worlds(), on_run,
-                    recorder if recorder is not None else Recorder())
+    worlds = worlds if worlds is not None else strategies.worlds()
+    if kernels.pool is not None:  # the worlds free in an order the pool class follows
+        worlds = worlds.map(functools.partial(strategies.free_order_of, declared_free_orders(kernels.pool, "pool")))
+    return _machine(kernels, backend, worlds, on_run, recorder if recorder is not None else Recorder())
 
 
 def _machine(kernel: Plugins, backend: Backend, world_strategy: st.SearchStrategy[WorldConfig],

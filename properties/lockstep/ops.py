@@ -55,7 +55,22 @@ def fork(state: State, parent: int) -> int:
     return child
 
 
+def note_free_order(state: State, request: int) -> None:
+    """The coverage labels of freeing `request` in a world with the vLLM free order: the
+    blocks it alone holds reach ref 0, the uncached ones at the head."""
+    pool = state.reference.pool
+    if pool.free_order != "vllm":
+        return
+    last = [b for s in state.reference.seqs for b in set(s.blocks.get(request, [])) if pool.ref[b] == 1]
+    cached = sum(pool.is_cached(b) for b in last)
+    if len(last) - cached >= 2:
+        state.event(events.FREED_TO_HEAD)
+    if cached and len(last) > cached:
+        state.event(events.FREED_SPLIT)
+
+
 def finish(state: State, request: int, clear: bool = False) -> None:
+    note_free_order(state, request)
     req = state.requests.pop(request)
     for g, (ref, impl) in enumerate(zip(state.reference.seqs, state.impl.seqs)):
         state.both("free", partial(ref.free, request), partial(impl.free, request), group=g)
@@ -77,6 +92,7 @@ def preempt(state: State, request: int) -> None:
     req = state.requests[request]
     if req.row is None:
         raise ValueError(f"preempt: request {request} is not running")
+    note_free_order(state, request)
     for g, (ref, impl) in enumerate(zip(state.reference.seqs, state.impl.seqs)):
         state.both("preempt", partial(ref.preempt, request), partial(impl.preempt, request), group=g)
     state.rows[req.row] = None

@@ -15,15 +15,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
 from blocktable.device import Backend
 from blocktable.groups import MultiGroupBlockTable
 from blocktable.oracle import DeviceCache
-from blocktable.plugin import Plugins
+from blocktable.plugin import PluginError, Plugins, declared_free_orders
 from blocktable.pool import BlockPool
+from blocktable.properties.classes.pool import DrivenPool
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.prompts import Prompts
@@ -75,14 +76,15 @@ class State:
         self.steps_with_tokens = 0  # of those, steps that scheduled at least one token
 
         caching = world.prefix_caching
-        ref_pool = ReferencePool(world.num_blocks, world.null_block, prefix_caching=caching)
+        ref_pool = ReferencePool(world.num_blocks, world.null_block, prefix_caching=caching,
+                                 free_order=world.free_order)
         self.reference: Side[ReferencePool, ReferenceSequences, ReferenceGroups] = Side(
             ref_pool,
             [ReferenceSequences(ref_pool, lay.tokens_per_block, group=g) for g, lay in enumerate(self.layouts)],
             ReferenceGroups(world.max_num_reqs, world.max_model_len, self.layouts))
         self.history = History()
         self.prompts = Prompts(world.vocabulary) if caching else None  # token ids, in prefix-caching worlds only
-        pool = BlockPool(world.num_blocks, world.null_block, prefix_caching=caching)
+        pool = self._pool(world, kernels)
         self.impl: Side[BlockPool, SequenceBlocks, MultiGroupBlockTable] = Side(
             pool, [SequenceBlocks(pool, lay.tokens_per_block, group=g) for g, lay in enumerate(self.layouts)],
             MultiGroupBlockTable([
@@ -101,6 +103,21 @@ class State:
         self.next_value = 1
         self.invariants_held: tuple | None = None  # the state docs/contract.md §6's invariants last held in
         self.device_rows: list[np.ndarray] | None = None  # the device tables, read back at the end of a step
+
+    @staticmethod
+    def _pool(world: WorldConfig, kernels: Plugins) -> BlockPool:
+        """Ours, or the pool class under test (docs/contract.md §11) driven by our
+        sequences through its protocol."""
+        config = dict(num_blocks=world.num_blocks, null_block=world.null_block, prefix_caching=world.prefix_caching,
+                      free_order=world.free_order)
+        if kernels.pool is None:
+            return BlockPool(**config)  # type: ignore[arg-type]
+        orders = declared_free_orders(kernels.pool, kernels.pool.__name__)
+        if world.free_order not in orders:
+            raise PluginError(f"the world frees in the {world.free_order!r} order (docs/contract.md §6) and the "
+                              f"pool class {kernels.pool.__name__} declares free_orders {orders}")
+        name = (kernels.classes or {}).get("pool") or kernels.pool.__name__
+        return cast(BlockPool, DrivenPool.build(kernels.pool, name, **config))  # type: ignore[arg-type]
 
     def event(self, label: str) -> None:
         self.events[label] += 1

@@ -37,6 +37,7 @@ KV_WORLDS_VARIABLE = "BLOCKTABLE_KV_WORLDS"  # "0": none (the same draws, no KV 
 V2_WORLDS_VARIABLE = "BLOCKTABLE_V2_WORLDS"  # "0": none (the same draws, no V2 tables)
 _V2 = st.integers(0, 3)  # 0: a world that keeps V2 block tables beside the V1 ones
 _SLOTS_OFF = st.integers(0, 5)  # 0: this group's V2 slot mapping is switched off
+_FREE_ORDER = st.sampled_from(["tail", "vllm"])  # docs/contract.md §6's option, drawn last
 KV_MAX_CELLS = 1 << 20  # cells of one group's cache memory, beyond which heads and D shrink to 1
 _FLAVOR = st.integers(0, 5)  # 4: a world made for long prefills, 5: one made for full rows
 _MAX_MODEL_LEN_LONG = st.sampled_from([1025, 2100, 16384])
@@ -174,10 +175,20 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
         if sharded:
             I = math.gcd(*(g.kv_block_size for g in sharded))
             groups = tuple(dataclasses.replace(g, cp_interleave=I) if g.sharded else g for g in groups)
+    # Every kind of world frees in either order (vLLM's since #51482 reuses a freed
+    # uncached block first), drawn last like the V2 tables.
+    free_order = draw(_FREE_ORDER)
     return WorldConfig(
         groups=groups, cp_world_size=W, num_blocks=num_blocks, null_block=null_block, id_offset=id_offset,
         max_num_reqs=max_num_reqs, max_model_len=max_model_len, max_num_batched_tokens=batch,
-        prefix_caching=prefix_caching, kv=kv, fresh_admission=fresh_admission, vocabulary=vocabulary, v2=v2)
+        prefix_caching=prefix_caching, kv=kv, fresh_admission=fresh_admission, vocabulary=vocabulary, v2=v2,
+        free_order=free_order)
+
+
+def free_order_of(orders: tuple[str, ...], world: WorldConfig) -> WorldConfig:
+    """`world`, freeing in its drawn order if a pool class follows it, else in the
+    first order the class declares (docs/contract.md §6)."""
+    return world if world.free_order in orders else dataclasses.replace(world, free_order=orders[0])
 
 
 TOKEN_ID_TOP = INT32_MAX - 1  # token ids lie in [0, 2**31 - 1)

@@ -13,6 +13,7 @@ observed within the harness's reach; those are reported, not required.
 
 from __future__ import annotations
 
+from blocktable.properties.mutation.classes import CLASS_MUTANTS
 from blocktable.properties.mutation.mutant import Mutant
 from blocktable.properties.mutation.v2 import V2_MUTANTS
 
@@ -179,6 +180,27 @@ CATALOGUE: tuple[Mutant, ...] = (
            "        self._head = (self._head + n) % len(self._ring)",
            "        self._head = (self._head + n - (n > 1)) % len(self._ring)",
            "ring-buffer head advanced one short: a block is handed out twice"),
+    # docs/contract.md §6's free order option ("vllm": uncached blocks to the head)
+    Mutant("P07", "pool", POOL,
+           "        if self.free_order == \"vllm\":  # nothing is cached",
+           "        if False:  # nothing is cached",
+           "the vLLM free order ignored without prefix caching: freed blocks join the tail"),
+    Mutant("P08", "pool", POOL,
+           "            at = (self._head + np.arange(released.size)) % len(self._ring)",
+           "            at = (self._head + np.arange(released.size)[::-1]) % len(self._ring)",
+           "the vLLM free order pushing blocks to the head one by one: the head reads them reversed"),
+    Mutant("P10", "pool", POOL,
+           "            nxt[before], prv[b], nxt[b], prv[after] = b, before, after, b\n            before = b\n",
+           "            nxt[before], prv[b], nxt[b], prv[after] = b, before, after, b\n",
+           "the vLLM free order reversed at the head of the linked queue (prefix caching on)",
+           equivalent="with prefix caching every block is cached once it is full, so one free call (one "
+                      "group's blocks of one request) gives back at most one uncached block, its partial last "
+                      "one: the order of uncached blocks at the head shows only without prefix caching (P08)"),
+    Mutant("P09", "pool", POOL,
+           "                self._push_front([b for b in back if self._hash_of[b] is None])\n"
+           "                back = [b for b in back if self._hash_of[b] is not None]\n",
+           "                self._push_front(back)\n                back = []\n",
+           "the vLLM free order sending cached blocks to the head too: the freshest prefixes are evicted first"),
     # -- sequences: fork and copy-on-write ---------------------------------------------------
     Mutant("S01", "sequence", SEQUENCE,
            "self.pool.share(sorted(set(blocks)))",
@@ -242,8 +264,8 @@ CATALOGUE: tuple[Mutant, ...] = (
            "        for other in self._cached.pop(h)[2]:\n            self._hash_of[other] = None\n",
            "eviction that drops every block of the key, not only the one handed out (kvcached #362)"),
     Mutant("X10", "prefix", POOL,
-           "            self._push(released.tolist())\n            return\n",
-           "            self._push(released.tolist())\n            for b in released.tolist():\n                if sel"
+           "            self._push(back)\n            return\n",
+           "            self._push(back)\n            for b in released.tolist():\n                if sel"
            "f._hash_of[b] is not None:\n                    self._evict(b)\n            return\n",
            "free that drops the keys: a finished request's prefix is never hit again"),
     Mutant("X11", "prefix", PREFIX,
@@ -363,7 +385,7 @@ CATALOGUE: tuple[Mutant, ...] = (
            "value = tl.load(cache_ptr + index",
            "read-back from rank 0's cache on every rank",
            env=TRITON_ORACLE),
-) + V2_MUTANTS
+) + V2_MUTANTS + CLASS_MUTANTS
 
 
 def by_id() -> dict[str, Mutant]:

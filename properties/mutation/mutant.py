@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class Mutant:
     id: str
-    layer: str  # kernel | table | pool | sequence | prefix | kv kernels | oracle kernels
+    layer: str  # kernel | table | pool | sequence | prefix | kv kernels | oracle kernels | v2 | classes
     path: str
     old: str
     new: str
@@ -21,3 +21,6 @@ class Mutant:
     # (ours, named as `env` picks them), for the paths one call exercises better than a
     # program does (overlapping staged writes, say).
     stateless_v2: tuple[str, ...] = ()
+    # Class plug-ins the lockstep runs it through, by kind (docs/contract.md §11): ours
+    # through the class path, "ours" for the pool.
+    classes: dict[str, str] = field(default_factory=dict)

@@ -93,7 +93,7 @@ def run_mutant(mutant: Mutant, budget: float, seed: int = 0, device: str = "auto
         ours = mutant.env.get("BLOCKTABLE_V2_KERNELS", "torch")
         job = Job(mutant.kernel, device=device, minutes=budget / 60, seed=seed, profile="ci",
                   out=str(Path(scratch) / "cases"), journal=str(Path(scratch) / "journal.jsonl"),
-                  expect_root=str(root), v2=dict.fromkeys(mutant.stateless_v2, ours))
+                  expect_root=str(root), v2=dict.fromkeys(mutant.stateless_v2, ours), classes=dict(mutant.classes))
         env = {**os.environ, **(place.env if place else {}), "PYTHONPATH": str(root), "BLOCKTABLE_PROFILE": "ci",
                **mutant.env}
         process = subprocess.Popen([sys.executable, "-m", "blocktable.properties.mutation.worker",

@@ -109,11 +109,12 @@ def case_config(case: Case) -> str:
 
 
 def case_kernels(case: Case) -> str:
-    """What the case ran: its kernel and the KV and V2 plug-ins it named."""
+    """What the case ran: its kernel and the KV, V2 and class plug-ins it named."""
     if case.kind == "v2-call":
         return f"v2-{(case.call or {}).get('op')} {case.kernel}"
     return "; ".join([case.kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items()),
-                      *(f"v2-{kind} {spec}" for kind, spec in case.v2.items())])
+                      *(f"v2-{kind} {spec}" for kind, spec in case.v2.items()),
+                      *(f"{kind} {spec}" for kind, spec in case.classes.items())])
 
 
 def replay_command(case_path: Any, kernel: str, device_name: str, flags: list[str] | None = None,

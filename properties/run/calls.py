@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from blocktable.plugin import KV_KINDS, V2_KINDS, Plugins
+from blocktable.plugin.classes import CLASS_KINDS, POOL_CLASS
 
 _CALLS: Counter[str] = Counter()
 # A double shared with the parent (run/child.py): when the kernel call under way
@@ -57,7 +58,12 @@ def counting(plugins: Plugins) -> Plugins:
     if v2 is not None:
         v2_kernels: dict[str, Any] = {kind: counted(f"v2-{kind}", getattr(v2, kind)) for kind in V2_KINDS}
         v2 = dataclasses.replace(v2, **v2_kernels)
-    return dataclasses.replace(plugins, slot=counted("kernel", plugins.slot), kv=kv, v2=v2)
+    pool = plugins.pool
+    if pool is not None:  # every method of the protocol counted (and watched) as "pool"
+        methods = {name: counted("pool", getattr(pool, name)) for name in ("__init__", *POOL_CLASS.methods)}
+        pool = type(pool.__name__, (pool,), {**methods, "__module__": pool.__module__,
+                                              "__qualname__": pool.__qualname__})
+    return dataclasses.replace(plugins, slot=counted("kernel", plugins.slot), kv=kv, v2=v2, pool=pool)
 
 
 def calls() -> dict[str, int]:
@@ -87,5 +93,5 @@ def calls_text(counts: dict[str, int], named: Iterable[str] = ()) -> str:
     """`kernel 1,204; kv-write 310; kv-copy 0`, in the flags' order: every kind
     called, and every kind in `named` (0 if it was not)."""
     shown = set(counts) | set(named)
-    order = ["kernel", *(f"kv-{k}" for k in KV_KINDS), *(f"v2-{k}" for k in V2_KINDS)]
+    order = ["kernel", *(f"kv-{k}" for k in KV_KINDS), *(f"v2-{k}" for k in V2_KINDS), *CLASS_KINDS]
     return "; ".join(f"{kind} {counts.get(kind, 0):,}" for kind in order if kind in shown) or "-"

@@ -36,10 +36,10 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
                    whole_run: bool = False, verbose: bool = False, kv: dict[str, str] | None = None,
                    on_log: Callable[[str], None] | None = None, strict_nan: bool = False,
                    until: float | None = None, call_timeout: float | None = None,
-                   v2: dict[str, str] | None = None) -> Attempt:
+                   v2: dict[str, str] | None = None, classes: dict[str, str] | None = None) -> Attempt:
     """Replay the case at `case_path` (or `case_data`, the file not yet written) in a
     fresh process, its journal in a scratch folder so that a crash is reported too;
-    stopped at `until` (time.monotonic()), a "timeout". `kv`, `v2`: plug-ins that
+    stopped at `until` (time.monotonic()), a "timeout". `kv`, `v2`, `classes`: plug-ins that
     replace the ones the case ran with, by kind."""
     def on_message(message: Message) -> None:
         if on_log is not None and isinstance(message, Log):
@@ -49,7 +49,7 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
         journal = Path(scratch) / "journal.jsonl"
         job = Job(kernel, device=device, case=str(case_path), case_data=case_data, whole_run=whole_run,
                   verbose=verbose, journal=str(journal), kv=dict(kv or {}), strict_nan=strict_nan,
-                  call_timeout=call_timeout, v2=dict(v2 or {}))
+                  call_timeout=call_timeout, v2=dict(v2 or {}), classes=dict(classes or {}))
         outcome = run_in_child(replay_child, job, on_message, until)
         result = outcome.result
         if outcome.timed_out:
@@ -71,16 +71,16 @@ def replay_attempt(kernel: str, device: str, case_path: Path, case_data: dict[st
 def replay_case(case: Case, kernel: str, device: str, case_path: Path, verbose: bool = False,
                 kv: dict[str, str] | None = None, on_log: Callable[[str], None] | None = None,
                 strict_nan: bool = False, call_timeout: float | None = None,
-                v2: dict[str, str] | None = None) -> Attempt:
+                v2: dict[str, str] | None = None, classes: dict[str, str] | None = None) -> Attempt:
     """What `blocktable replay` runs once: the case in a fresh process and, if that
     passes and the case keeps the whole run that found it (it did not fail alone in
     a fresh process when found), the whole run in another."""
     attempt = replay_attempt(kernel, device, case_path, verbose=verbose, kv=kv, on_log=on_log, strict_nan=strict_nan,
-                             call_timeout=call_timeout, v2=v2)
+                             call_timeout=call_timeout, v2=v2, classes=classes)
     if attempt.status != "pass" or case.whole_run is None:
         return attempt
     return replay_attempt(kernel, device, case_path, whole_run=True, verbose=verbose, kv=kv, on_log=on_log,
-                          strict_nan=strict_nan, call_timeout=call_timeout, v2=v2)
+                          strict_nan=strict_nan, call_timeout=call_timeout, v2=v2, classes=classes)
 
 
 def confirm(case: Case, path: Path, kernel: str, device: str,

@@ -189,7 +189,7 @@ def fuzz_child(job: Job, send: Send) -> None:
             world = last.world if last is not None else recorder.world
             program = list(last.program) if last is not None else []
             case = Case("lockstep", spec, {}, world=world, program=program, provenance=prov, kv=dict(job.kv),
-                        v2=dict(job.v2), strict_nan=job.strict_nan,
+                        v2=dict(job.v2), classes=dict(job.classes), strict_nan=job.strict_nan,
                         whole_run=totals.whole_run_json(len(SPEC_EXAMPLES)))
             journal.close()
             outcome = replay_lockstep(case, kernels, backend)
@@ -211,7 +211,8 @@ def _send_unshrunk(send: Send, job: Job, totals: _Totals, recorder: Recorder, pr
     totals.fold()
     world, program = totals.smallest or (recorder.world, [])
     case = Case("lockstep", job.kernel, {}, world=world, program=program, provenance=prov, kv=dict(job.kv),
-                v2=dict(job.v2), strict_nan=job.strict_nan, whole_run=totals.whole_run_json(len(SPEC_EXAMPLES)))
+                v2=dict(job.v2), classes=dict(job.classes), strict_nan=job.strict_nan,
+                whole_run=totals.whole_run_json(len(SPEC_EXAMPLES)))
     outcome = replay_lockstep(case, kernels, backend)
     repeated = not outcome.passed
     if outcome.passed:

@@ -49,6 +49,9 @@ class Job:
     # The V2 block-table kernels (docs/contract.md §10) under test, by kind ("append",
     # "gather", "slots"), as Case.v2 holds them; a kind not named: ours.
     v2: dict[str, str] = field(default_factory=dict)
+    # The class plug-ins (docs/contract.md §11) under test, by kind ("pool"), as
+    # Case.classes holds them; a kind not named: ours, directly.
+    classes: dict[str, str] = field(default_factory=dict)
     # --minutes as times on time.monotonic() (run/budget.py): no program starts after
     # `deadline`; Hypothesis's shrinking of a finding stops at `shrink_deadline`.
     deadline: float | None = None

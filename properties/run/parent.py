@@ -74,7 +74,8 @@ def crashed(job: Job, journal: Path, exitcode: int | None, device: str, out: Pat
     if case is None:
         return Crash(message)
     if case.kind == "lockstep":
-        case.kv = dict(job.kv)  # the KV plug-ins it ran with: its replays load them
+        # The plug-ins it ran with beside the kernel: its replays load them.
+        case.kv, case.v2, case.classes = dict(job.kv), dict(job.v2), dict(job.classes)
         if job.shrink_deadline is not None:
             shrink_seconds = min(shrink_seconds, job.shrink_deadline - time.monotonic())
             if shrink_seconds <= 0:

@@ -39,7 +39,8 @@ def prepare_backend(job: Job, send: Send) -> device.Backend | None:
 
 
 def plugins_for(slot: str | SlotMappingFn, kv: dict[str, str], backend: device.Backend,
-                strict_nan: bool = False, v2: dict[str, str] | None = None) -> Plugins:
+                strict_nan: bool = False, v2: dict[str, str] | None = None,
+                classes: dict[str, str] | None = None) -> Plugins:
     """The slot-mapping kernel `slot` names (or `slot` itself, a function), the KV
     kernels `kv` names and the V2 block-table kernels `v2` names, ours for the rest
     (under the interpreter, our torch-native versions unless the environment says
@@ -48,9 +49,11 @@ def plugins_for(slot: str | SlotMappingFn, kv: dict[str, str], backend: device.B
     ours = os.environ.get(KV_KERNELS_VARIABLE, interpreted)
     kernels = plugin.load_kv_kernels({kind: kv.get(kind) or ours for kind in plugin.KV_KINDS})
     v2_kernels = plugin.load_v2_kernels(v2, os.environ.get(V2_KERNELS_VARIABLE, interpreted))
+    named = dict(classes or {})
+    pool = plugin.resolve_class(named["pool"], "pool") if named.get("pool") else None
     if isinstance(slot, str):
-        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot, strict_nan, v2_kernels)
-    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"), strict_nan, v2_kernels)
+        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot, strict_nan, v2_kernels, pool, named)
+    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"), strict_nan, v2_kernels, pool, named)
 
 
 def config_error(send: Send, error: plugin.PluginError) -> None:
@@ -66,7 +69,7 @@ def prepare(job: Job, send: Send) -> tuple[device.Backend, Plugins] | None:
     if backend is None:
         return None
     try:
-        return backend, counting(plugins_for(job.kernel, job.kv, backend, job.strict_nan, job.v2))
+        return backend, counting(plugins_for(job.kernel, job.kv, backend, job.strict_nan, job.v2, job.classes))
     except plugin.PluginError as e:
         config_error(send, e)
         return None

@@ -112,7 +112,8 @@ def replay_child(job: Job, send: Send) -> None:
         # Counted, so that the parent's watchdog sees a call that does not return (run/calls.py).
         kv_kernel = counted(f"kv-{kind}", plugin.load_kv(kind, job.kernel)) if kind else None
         v2_kernel = counted(f"v2-{v2_kind}", plugin.load_v2(v2_kind, job.kernel)) if v2_kind else None
-        kernels = None if kind or v2_kind else counting(plugins_for(job.kernel, job.kv, backend, v2=job.v2))
+        kernels = None if kind or v2_kind else counting(plugins_for(job.kernel, job.kv, backend, v2=job.v2,
+                                                                    classes=job.classes))
     except plugin.PluginError as e:
         config_error(send, e)
         return
@@ -128,14 +129,21 @@ def replay_child(job: Job, send: Send) -> None:
         return
     case.kernel = job.kernel
     # The plug-ins the case ran with, each kind the replay names replaced (a fix).
-    kv, v2 = {**case.kv, **job.kv}, {**case.v2, **job.v2}
-    if kernels is not None and (kv != job.kv or v2 != job.v2):
+    kv, v2, classes = {**case.kv, **job.kv}, {**case.v2, **job.v2}, {**case.classes, **job.classes}
+    if kernels is not None and (kv != job.kv or v2 != job.v2 or classes != job.classes):
         try:
-            kernels = counting(plugins_for(job.kernel, kv, backend, v2=v2))
+            kernels = counting(plugins_for(job.kernel, kv, backend, v2=v2, classes=classes))
         except plugin.PluginError as e:
             send(Result("config-error", message=str(e)))
             return
-    case.kv, case.v2 = kv, v2  # what the report's replay line names
+    case.kv, case.v2, case.classes = kv, v2, classes  # what the report's replay line names
+    if kernels is not None and kernels.pool is not None and case.world is not None:
+        orders = plugin.declared_free_orders(kernels.pool, classes.get("pool", "the pool class"))
+        if case.world.free_order not in orders:  # a world this class cannot be built for: the user's choice
+            send(Result("config-error", message=f"the case's world frees in the {case.world.free_order!r} order "
+                                                f"(docs/contract.md §6) and the pool class {classes.get('pool')} "
+                                                f"declares free_orders {orders}"))
+            return
     strict = job.strict_nan or case.strict_nan  # a case found strict replays strict
     if kernels is not None:
         kernels = dataclasses.replace(kernels, strict_nan=strict)

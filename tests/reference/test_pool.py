@@ -188,3 +188,49 @@ def test_reset_prefix_cache_needs_every_block_free():
     pool.free([2, 1])
     assert pool.reset_prefix_cache() is True and pool.cached == {}
     assert pool.free_queue() == [3, 4, 5, 2, 1]
+
+
+# -- docs/contract.md §6's free order option ---------------------------------------------------
+
+
+def test_the_vllm_free_order_puts_uncached_blocks_at_the_head_in_the_order_given():
+    for prefix_caching in (False, True):
+        pool = BlockPool(6, free_order="vllm", prefix_caching=prefix_caching)
+        assert pool.allocate(3) == [1, 2, 3]
+        pool.free([3, 2, 1])
+        assert pool.free_queue() == [3, 2, 1, 4, 5]
+        assert pool.allocate(2) == [3, 2]  # the blocks just freed are reused first
+
+
+def test_the_tail_free_order_is_the_default():
+    pool = BlockPool(6)
+    pool.allocate(3)
+    pool.free([3, 2, 1])
+    assert pool.free_queue() == [4, 5, 3, 2, 1]
+
+
+def test_the_vllm_free_order_keeps_cached_blocks_at_the_tail():
+    """Blocks 1 and 2 full and cached, 3 partial: freeing [3, 2, 1] puts 3 at the head
+    and 2, 1 at the tail, where they stay hittable longest (LRU)."""
+    pool = BlockPool(7, prefix_caching=True, free_order="vllm")
+    assert pool.allocate(3) == [1, 2, 3]
+    pool.cache_block(KEY_A, 1)
+    pool.cache_block(KEY_B, 2)
+    pool.free([3, 2, 1])
+    assert pool.free_queue() == [3, 4, 5, 6, 2, 1]
+    pool.check_invariants([])
+
+
+def test_a_block_still_held_stays_out_of_the_queue_in_either_order():
+    pool = BlockPool(5, free_order="vllm")
+    a = pool.allocate(2)
+    pool.share(a)
+    pool.free(a[::-1])
+    assert pool.free_queue() == [3, 4]
+    pool.free(a[::-1])
+    assert pool.free_queue() == [2, 1, 3, 4]
+
+
+def test_an_unknown_free_order_is_refused():
+    with pytest.raises(ValueError, match="free_order must be one of tail, vllm"):
+        BlockPool(5, free_order="lifo")

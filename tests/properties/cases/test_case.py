@@ -66,3 +66,24 @@ def test_a_prefix_worlds_fields_are_written_only_when_set_and_checked(tmp_path):
     with pytest.raises(CaseError, match=r"program step 1: add prompt=\[0, 3, 4\]: the world's vocabulary has "
                                         r"symbols 0 to 3"):
         load(case.save(tmp_path))
+
+
+def test_a_worlds_free_order_and_a_cases_classes_round_trip(tmp_path):
+    from blocktable.properties.world import WorldConfig
+
+    assert "free_order" not in WorldConfig().to_json()  # the default: files written before read the same
+    world = WorldConfig(free_order="vllm")
+    assert WorldConfig.from_json(json.loads(json.dumps(world.to_json()))) == world
+    with pytest.raises(ValueError, match="free_order must be tail or vllm"):
+        WorldConfig(free_order="head")
+    pool = tmp_path / "pools" / "mine.py"
+    case = Case("lockstep", "reference", {"what": "w", "message": "m", "step": 0}, world=world,
+                program=[{"op": "add"}], classes={"pool": f"{pool}:MyPool"})
+    path = case.save(tmp_path / "cases")
+    assert json.loads(path.read_text())["classes"] == {"pool": "../pools/mine.py:MyPool"}
+    assert load(path).classes == {"pool": f"{pool}:MyPool"} and path.name.startswith("case-mine-MyPool-")
+    data = json.loads(path.read_text())
+    data["classes"] = {"table": "x.py:T"}
+    path.write_text(json.dumps(data))
+    with pytest.raises(CaseError, match="'classes' must be an object naming a class plug-in for each of pool"):
+        load(path)

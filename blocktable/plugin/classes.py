@@ -1,0 +1,96 @@
+"""Class plug-ins (docs/contract.md §11): a user's pool class in place of ours, named
+`MODULE:Class` or `FILE.py:Class` (or `ours`), and checked before anything runs:
+its constructor takes the protocol's keywords, every method of the protocol is
+there and takes the arguments the lockstep passes, and it declares the free orders
+(§6) it follows.
+
+    Pool(*, num_blocks, null_block, prefix_caching, free_order)
+        allocate(n) -> list[int]        free(ids)          touch(ids)
+        cache(block, key)               lookup(key) -> int | None
+        reset_prefix_cache() -> bool    num_free() -> int  free_queue() -> list[int]
+        ref(block) -> int               cache_map() -> list[tuple[key, list[int]]]
+    free_orders = ("tail",) or ("vllm",) or both    (a class attribute)
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from blocktable.plugin.contract import Contract, check_parameters
+from blocktable.plugin.spec import PluginError
+
+FREE_ORDERS = ("tail", "vllm")
+
+
+@dataclass(frozen=True)
+class ClassContract:
+    """What the lockstep calls on a kind of class: its constructor's keywords and each
+    method's positional arguments, by name."""
+
+    noun: str  # "pool class"
+    constructor: tuple[str, ...]
+    methods: dict[str, tuple[str, ...]]
+
+
+POOL_CLASS = ClassContract(
+    "pool class", ("num_blocks", "null_block", "prefix_caching", "free_order"),
+    {"allocate": ("n",), "free": ("ids",), "touch": ("ids",), "cache": ("block", "key"), "lookup": ("key",),
+     "reset_prefix_cache": (), "num_free": (), "free_queue": (), "ref": ("block",), "cache_map": ()})
+CLASS_CONTRACTS = {"pool": POOL_CLASS}
+CLASS_KINDS = tuple(CLASS_CONTRACTS)  # --pool
+
+
+def builtin_classes(kind: str) -> dict[str, Callable[[], Callable]]:
+    """Ours, through the same protocol: `ours` (blocktable.classes)."""
+    def ours() -> type:
+        from blocktable.classes.pool import Pool
+
+        return Pool
+
+    return {"ours": ours}
+
+
+def check_class(cls: Any, spec: str, contract: ClassContract) -> None:
+    """PluginError unless `cls` is a class with the contract's constructor and methods,
+    each taking what the lockstep passes; a pool also declares its free orders."""
+    if not inspect.isclass(cls):
+        raise PluginError(f"{spec} is not a class (it is a {type(cls).__name__}): a {contract.noun} is named "
+                          f"MODULE:Class or FILE.py:Class")
+    check_parameters(_signature(cls), f"{spec} (its constructor)",
+                     Contract(f"{contract.noun}'s constructor", (), contract.constructor))
+    missing = [name for name in contract.methods if not callable(getattr(cls, name, None))]
+    if missing:
+        raise PluginError(f"{spec} does not follow the {contract.noun} protocol: no method "
+                          f"{', '.join(missing)} (docs/plugins.md lists the methods)")
+    for name, arguments in contract.methods.items():
+        method = inspect.getattr_static(cls, name)
+        signature = _signature(getattr(cls, name))
+        if signature is not None and not isinstance(method, (staticmethod, classmethod)):
+            parameters = list(signature.parameters.values())[1:]  # self
+            signature = signature.replace(parameters=parameters)
+        check_parameters(signature, f"{spec}.{name}", Contract(f"{contract.noun}'s {name}", arguments, ()))
+    if contract is POOL_CLASS:
+        declared_free_orders(cls, spec)
+
+
+def declared_free_orders(cls: Any, spec: str) -> tuple[str, ...]:
+    """The §6 free orders a pool class says it follows (its `free_orders` attribute)."""
+    orders = getattr(cls, "free_orders", None)
+    if orders is None:
+        raise PluginError(f"{spec} does not declare the free order it follows: give the class an attribute "
+                          f"free_orders = (\"tail\",) (vLLM before #51482), (\"vllm\",) (since), or both")
+    if isinstance(orders, str) or not isinstance(orders, (tuple, list)) or not orders \
+            or any(order not in FREE_ORDERS for order in orders):
+        raise PluginError(f"{spec}.free_orders must be a non-empty tuple of {', '.join(FREE_ORDERS)}, "
+                          f"got {orders!r}")
+    return tuple(orders)
+
+
+def _signature(fn: Any) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # builtins and C extensions: trust, the first call will tell

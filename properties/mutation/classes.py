@@ -1,0 +1,54 @@
+"""The class path's mutants (docs/contract.md §11): bugs of a team's pool class,
+planted in our own pool and run through the class path (`--pool ours`), so that the
+protocol adapter, the driven sequences and every comparison after a step are what
+must catch them. Each imitates a bug such classes have had."""
+
+from __future__ import annotations
+
+from blocktable.properties.mutation.mutant import Mutant
+
+POOL = "blocktable/pool.py"
+PREFIX = "blocktable/prefix.py"
+PROTOCOL = "blocktable/classes/pool.py"
+OURS = {"pool": "ours"}
+
+CLASS_MUTANTS: tuple[Mutant, ...] = (
+    Mutant("C01", "classes", POOL,
+           "        if (counts > 1).any():",
+           "        if False:",
+           "a pool class whose free queues a block listed twice in one call twice (vLLM #42571)", classes=OURS),
+    Mutant("C02", "classes", POOL,
+           "            if hash_of[b] is not None:\n                self._evict(b)\n",
+           "",
+           "a pool class that hands out a cached block and keeps it under its key (vLLM #4764)", classes=OURS),
+    Mutant("C03", "classes", PREFIX,
+           "    for seqs in groups:\n        seqs.add(seq, L, array[:L], computed=L)\n    for seqs in groups:\n"
+           "        seqs.append(seq, slots - L, array[L:slots])\n",
+           "    for seqs in groups:\n        seqs.add(seq, L, array[:L], computed=L)\n"
+           "        seqs.append(seq, slots - L, array[L:slots])\n",
+           "an admission that allocates one group's fresh blocks before it touches the next group's hits: "
+           "the allocation evicts a hit it counted on (vLLM #11565, across groups)", classes=OURS),
+    Mutant("C04", "classes", POOL,
+           "        self._next[before], self._prev[after] = after, before\n        self._size -= 1\n",
+           "        self._next[before], self._prev[after] = after, before\n",
+           "a pool class whose free count misses a block revived by a hit (free count corrupted)", classes=OURS),
+    Mutant("C05", "classes", POOL,
+           "            at = (self._head + np.arange(released.size)) % len(self._ring)",
+           "            at = (self._head + np.arange(released.size)[::-1]) % len(self._ring)",
+           "a pool class that claims vLLM's free order but pushes blocks to the head one by one (reversed)",
+           classes=OURS),
+    Mutant("C06", "classes", POOL,
+           "        if self._size != self.num_usable:\n            return False\n",
+           "",
+           "a pool class that resets the prefix cache while blocks are in use", classes=OURS),
+    Mutant("C07", "classes", PROTOCOL,
+           "        if held:\n            self._pool.share(held)\n",
+           "",
+           "a pool class whose touch revives free blocks but does not count another holder of a block in use "
+           "(a fork's shared blocks freed under the parent)", classes=OURS),
+    Mutant("C08", "classes", POOL,
+           "        for b in blocks[self.ref[blocks] == 0].tolist():\n            self._unlink(b)\n",
+           "",
+           "a pool class whose touch leaves a revived block in the free queue: it is handed out while in use",
+           classes=OURS),
+)

@@ -1,0 +1,57 @@
+"""A class plug-in is checked whole before anything runs (docs/contract.md §11): a
+class, its constructor's keywords, every method of the protocol by name and
+parameters, and the free orders it declares. Each mistake is one PluginError line."""
+
+from pathlib import Path
+
+import pytest
+
+from blocktable.classes.pool import Pool
+from blocktable.plugin import PluginError, resolve_class
+from blocktable.plugin.classes import POOL_CLASS, check_class
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool_class.py"
+
+
+def good_class(**changes):
+    """A class with every method of the pool protocol, edited by `changes`."""
+    body = {name: (lambda self, *args: None) for name in POOL_CLASS.methods}
+    body["__init__"] = lambda self, *, num_blocks, null_block, prefix_caching, free_order: None
+    body["free_orders"] = ("tail",)
+    body.update(changes)
+    body = {k: v for k, v in body.items() if v is not None}
+    return type("Planted", (), body)
+
+
+def test_ours_and_the_example_follow_the_protocol():
+    check_class(Pool, "ours", POOL_CLASS)
+    assert resolve_class("ours", "pool") is Pool
+    assert resolve_class(f"{EXAMPLE}:ListPool", "pool").__name__ == "ListPool"
+
+
+@pytest.mark.parametrize("cls, said", [
+    (lambda: None, "is not a class (it is a function)"),
+    (good_class(touch=None), "no method touch"),
+    (good_class(allocate=lambda self: []), "it takes 0 positional arguments, the contract passes 1 (n)"),
+    (good_class(cache=lambda self, block, key, extra: None), "extra would have no value"),
+    (good_class(__init__=lambda self, *, num_blocks, null_block, prefix_caching: None),
+     "missing keyword argument(s) free_order"),
+    (good_class(free_orders=None), "does not declare the free order it follows"),
+    (good_class(free_orders=("lifo",)), "free_orders must be a non-empty tuple of tail, vllm"),
+    (good_class(free_orders="tail"), "free_orders must be a non-empty tuple"),
+])
+def test_each_mistake_is_named_in_one_line(cls, said):
+    with pytest.raises(PluginError) as error:
+        check_class(cls, "planted.py:Planted", POOL_CLASS)
+    assert said in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_spec_naming_no_class_is_refused(tmp_path):
+    path = tmp_path / "pools.py"
+    path.write_text("def pool():\n    pass\n")
+    with pytest.raises(PluginError, match="has no class 'Pool'"):
+        resolve_class(f"{path}:Pool", "pool")
+    with pytest.raises(PluginError, match="is not a class"):
+        resolve_class(f"{path}:pool", "pool")
+    with pytest.raises(PluginError, match="unknown pool class 'mine'"):
+        resolve_class("mine", "pool")

@@ -1,0 +1,79 @@
+"""A pool class under the lockstep (properties/classes/pool.py): what it returns is
+checked on the way, and a wrong answer or an exception is the class's finding,
+named by the method, never a crash of the harness."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blocktable.properties.classes.pool import DrivenPool
+from blocktable.properties.compare import Discrepancy
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "pool_class.py"
+CONFIG = dict(num_blocks=6, null_block=True, prefix_caching=True, free_order="tail")
+
+
+def example():
+    spec = importlib.util.spec_from_file_location("pool_class_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ListPool
+
+
+def driven(**methods):
+    """The example class with some methods replaced."""
+    cls = type("Edited", (example(),), methods)
+    return DrivenPool.build(cls, "Edited", **CONFIG)
+
+
+def test_the_example_reads_as_our_pool_does():
+    pool = DrivenPool.build(example(), "ListPool", **CONFIG)
+    assert pool.allocate(2) == [1, 2]
+    pool.share([1])
+    assert pool.ref[1] == 2 and pool.ref[[1, 2, 3]].tolist() == [2, 1, 0]
+    assert np.asarray(pool.ref).dtype == np.int32 and np.asarray(pool.ref).tolist() == [0, 2, 1, 0, 0, 0]
+    pool.cache_block(b"k", 2, 0, 4)
+    assert pool.is_cached(2) and not pool.is_cached(1) and pool.first_cached(b"k") == 2
+    assert pool.cache_listing() == [(0, 4, [2])]
+    pool.unshare(1)
+    assert pool.ref[1] == 1 and pool.num_free == 3 and pool.free_queue() == [3, 4, 5]
+    with pytest.raises(ValueError, match="only a shared block is copied"):
+        pool.unshare(1)
+
+
+@pytest.mark.parametrize("methods, call, said", [
+    ({"allocate": lambda self, n: [1]}, lambda p: p.allocate(2), "Edited.allocate(2) returned [1], expected a list "
+                                                                  "of 2 block ids"),
+    ({"num_free": lambda self: "3"}, lambda p: p.num_free, "returned '3', expected an int"),
+    ({"lookup": lambda self, key: 1.5}, lambda p: p.first_cached(b"k"), "expected a block id or None"),
+    ({"reset_prefix_cache": lambda self: 1}, lambda p: p.reset_prefix_cache(), "expected True or False"),
+    ({"free_queue": lambda self: None}, lambda p: p.free_queue(), "expected a list of block ids, head first"),
+    ({"cache_map": lambda self: [("k", 3)]}, lambda p: p.cache_listing(), "a list of (key, [block ids]) pairs"),
+    ({"cache_map": lambda self: [("never given", [3])]}, lambda p: p.cache_listing(), "which the harness never "
+                                                                                     "gave to cache()"),
+    ({"touch": lambda self, ids: 1 / 0}, lambda p: p.share([1]), "Edited.touch([1]) raised ZeroDivisionError"),
+])
+def test_a_wrong_answer_is_the_class_finding(methods, call, said):
+    pool = driven(**methods)
+    pool.inner.refs[1] = 1  # block 1 in use, so that a share is a valid call
+    pool.inner.queue.remove(1)
+    with pytest.raises(Discrepancy) as error:
+        call(pool)
+    assert said in str(error.value), str(error.value)
+
+
+def test_a_refusal_passes_through_to_be_compared_with_the_reference():
+    pool = DrivenPool.build(example(), "ListPool", **CONFIG)
+    with pytest.raises(ValueError, match="cannot allocate 9 blocks"):
+        pool.allocate(9)
+
+
+def test_a_constructor_that_raises_is_named_with_its_arguments():
+    def broken(self, **config):
+        raise RuntimeError("no GPU")
+
+    with pytest.raises(Discrepancy, match=r"Broken\(num_blocks=6, null_block=True, prefix_caching=True, "
+                                          r"free_order='tail'\) raised RuntimeError: no GPU"):
+        DrivenPool.build(type("Broken", (), {"__init__": broken}), "Broken", **CONFIG)
