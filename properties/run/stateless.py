@@ -28,6 +28,7 @@ import torch
 from blocktable import plugin
 from blocktable.properties import fault
 from blocktable.properties.cases.case import Case, provenance
+from blocktable.properties.compare import Handed
 from blocktable.properties.kv.call import run_kv_call
 from blocktable.properties.kv.draw import call_size, draw
 from blocktable.properties.kv.draw import shrink as shrink_kv
@@ -50,10 +51,12 @@ from blocktable.properties.v2.call import run_v2_call
 def run_guarded(kernel: Any, config: dict[str, int], qsl: torch.Tensor, positions: torch.Tensor,
                 table: torch.Tensor, tmax: int) -> torch.Tensor:
     call = GuardedCall(table.shape[0], table.shape[1], qsl.numel() - 1, positions.numel(), tmax, positions.device)
-    out = call.output()
-    kernel(call.qsl.load(qsl), call.positions.load(positions), call.table.load(table), out, **config)
+    args = (call.qsl.load(qsl), call.positions.load(positions), call.table.load(table), call.output())
+    handed = Handed.of(plugin.SLOT_MAPPING, args)
+    kernel(*args, **config)
+    handed.check("stateless-batch slot mapping")  # before the output is read
     call.check()
-    return out
+    return args[3]
 
 
 def stateless_child(job: Job, send: Send) -> None:
