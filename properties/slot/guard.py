@@ -180,6 +180,13 @@ class GuardedCall(_CallBuffers):
         """Call i's output."""
         return handed(self.outputs[i])
 
+    def reset(self) -> None:
+        """Every buffer as it was made, in the same memory, for the same call again:
+        guards whole, outputs poured (the inputs are loaded again by the caller)."""
+        for guarded, _ in self.parts():
+            guarded.buffer.fill_(guarded.fill)
+        self.outputs = self.out.pour(UNWRITTEN)
+
     def check(self) -> None:
         """Every guard and input as it was. One device sync for every call together
         (nothing touched is the common case); the detail only on failure."""
