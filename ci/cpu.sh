@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . ci/env.sh
+ci_check_database
 ci_setup cpu
 ci_redis
 export BLOCKTABLE_PROFILE=ci

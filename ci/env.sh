@@ -30,3 +30,24 @@ ci_redis() {
   fi
   export BLOCKTABLE_REQUIRE_REDIS=1
 }
+
+# `ci_check_database`: where BLOCKTABLE_DATABASE (the fleet's example database, a
+# secret) is set, it must hold no password: the scripts pass it as --database, and a
+# URL's password would sit on the command line of every process of the job (the
+# process list, /proc/PID/cmdline) and in any trace of the script. The password goes
+# in REDIS_PASSWORD, which blocktable reads from the environment (docs/fleet.md). A
+# URL with one stops the job with status 2, printing neither the URL nor the password.
+ci_check_database() {
+  local url=${BLOCKTABLE_DATABASE:-}
+  case "$url" in *://*) ;; *) return 0 ;; esac  # unset, or a folder
+  local rest=${url#*://}
+  case "$rest" in *@*) ;; *) return 0 ;; esac  # no user information
+  # Everything before the last @ is user information (a Redis URL's path is /N), a
+  # password in it after a colon, even one holding / or @.
+  case "${rest%@*}" in
+    *:*)
+      echo "ci: BLOCKTABLE_DATABASE holds a password: set it as redis://HOST:PORT/N and the password" \
+           "in REDIS_PASSWORD (docs/fleet.md)" >&2
+      exit 2 ;;
+  esac
+}

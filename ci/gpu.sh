@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . ci/env.sh
+ci_check_database
 ci_setup gpu
 export BLOCKTABLE_PROFILE=ci
 pytest -n auto

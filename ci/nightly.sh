@@ -11,6 +11,7 @@ runner=${1:?usage: ci/nightly.sh cpu|gpu [SEED]}
 seed=${2:-0}
 case "$runner" in cpu|gpu) ;; *) echo "ci/nightly.sh: runner must be cpu or gpu, got $runner" >&2; exit 2 ;; esac
 . ci/env.sh
+ci_check_database
 ci_setup "$runner" || exit 1
 out="nightly-$runner"
 mkdir -p "$out"

@@ -5,14 +5,27 @@ whose state it is, where there are several), the message, and the first differin
 element (`index`, `expected`, `actual`). The rooms that compare their own state add
 the element decoded in their terms (slot/compare.py, kv/compare.py,
 lockstep/check.py). Reports (report/) read these fields; nothing reads the text.
+
+`Handed` holds the tensors a kernel under test was handed, as it was handed them. A
+kernel writes its outputs in place; one that resizes, re-strides or re-points a
+tensor (`slot_mapping.resize_(2)`, `out_key.set_(...)`) leaves the harness reading
+something other than what the contract says it wrote: fewer elements, bytes under
+another dtype, or memory the kernel never touched, and the read-back then fails on
+the harness's side (or passes on the bytes it still finds there). So every call site
+snapshots the tensors before the call and checks them right after it, before
+anything reads them, and a change is the kernel's finding, named as such.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
+
+from blocktable.plugin.contract import Contract
 
 
 class Discrepancy(AssertionError):
@@ -80,3 +93,86 @@ def raised(part: str, error: Exception, group: int | None = None, rank: int | No
     discrepancy = Discrepancy(part, f"the kernel raised {type(error).__name__}: {error}", group=group, rank=rank)
     discrepancy.__cause__ = error
     return discrepancy
+
+
+# -- the tensors a kernel was handed ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a tensor sits in memory: what the harness reads it by."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    offset: int  # the storage offset, in elements
+    address: int  # the storage's first byte (resizing a storage moves it)
+
+
+def layout(tensor: torch.Tensor) -> Layout:
+    return Layout(tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device,
+                  int(tensor.storage_offset()), tensor.untyped_storage().data_ptr())
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def change(before: Layout, after: Layout) -> str | None:
+    """What changed from `before` to `after`, in the words a report uses ("the shape
+    ... from (7,) to (2,)"), the most visible change first; None if nothing did."""
+    if before.shape != after.shape:
+        return f"the shape of {{}} from {before.shape} to {after.shape}"
+    if before.dtype != after.dtype:
+        return f"the dtype of {{}} from {_dtype(before.dtype)} to {_dtype(after.dtype)}"
+    if before.stride != after.stride:
+        return f"the strides of {{}} from {before.stride} to {after.stride}"
+    if before.device != after.device:
+        return f"the device of {{}} from {before.device} to {after.device}"
+    if before.address != after.address or before.offset != after.offset:
+        return "the memory of {}: it no longer views the buffer it was handed"
+    return None
+
+
+class Handed:
+    """The tensors of one kernel call, by argument name (a list argument's tensors as
+    `name[i]`), each marked as an output or an input."""
+
+    def __init__(self, tensors: Iterable[tuple[str, torch.Tensor, bool]] = (), noun: str = "kernel") -> None:
+        self.noun = noun  # how the message names the kernel: "kernel", "kv-gather kernel"
+        self.tensors: list[tuple[str, torch.Tensor, bool, Layout]] = []
+        for name, tensor, output in tensors:
+            self.add(name, tensor, output)
+
+    def add(self, name: str, tensor: torch.Tensor, output: bool) -> torch.Tensor:
+        """Keep `tensor` as it is now, before the kernel gets it; returns it."""
+        self.tensors.append((name, tensor, output, layout(tensor)))
+        return tensor
+
+    @classmethod
+    def of(cls, contract: Contract, args: Sequence[Any]) -> Handed:
+        """The tensor arguments of a call of `contract`'s kind, by their contract names."""
+        found = []
+        for name, value in zip(contract.positional, args):
+            output = name in contract.outputs
+            if isinstance(value, torch.Tensor):
+                found.append((name, value, output))
+            elif isinstance(value, (list, tuple)):
+                found += [(f"{name}[{i}]", t, output) for i, t in enumerate(value) if isinstance(t, torch.Tensor)]
+        return cls(found, contract.noun)
+
+    def changed(self) -> str | None:
+        """The first tensor the kernel changed, in words, or None."""
+        for name, tensor, output, before in self.tensors:
+            what = change(before, layout(tensor))
+            if what is not None:
+                role = "output" if output else "input"
+                return f"the {self.noun} changed {what.format(f'its {role} {name}')}"
+        return None
+
+    def check(self, part: str, group: int | None = None, rank: int | None = None) -> None:
+        """Raise the change as the kernel's Discrepancy, if it made one."""
+        message = self.changed()
+        if message is not None:
+            raise Discrepancy(part, message, group=group, rank=rank)

@@ -8,16 +8,18 @@ import argparse
 import json
 import math
 import statistics
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from queue import Queue
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, usage_error
+from blocktable.cli.progress import bars
 from blocktable.device import CHOICES
 from blocktable.properties.report.describe import label_poison
 from blocktable.properties.run.workers import Placement, parse_jobs, placements, visible_gpus
+
+TICK_SECONDS = 1.0  # how often the gate looks at the time while no mutant finishes (the interval decides)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -73,16 +75,31 @@ def run(args: argparse.Namespace) -> int:
     to_run = [m for m in chosen if args.include_equivalent or not m.equivalent]
     verdicts: dict[str, Verdict] = {m.id: Verdict(m.id, m.layer, m.imitates, None, equivalent=m.equivalent)
                                     for m in chosen if m not in to_run}
-    with Progress(TextColumn("[bold]mutants"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
-                  TimeElapsedColumn(), console=console, disable=args.json or args.markdown) as progress:
-        task = progress.add_task("mutants", total=len(to_run), last="")
+    # On a terminal rich's live bar; in a log (CI) a line when the gate starts, one per
+    # verdict and one every BLOCKTABLE_PROGRESS_SECONDS while mutants run, so that a
+    # long gate shows life; none beside --json or --markdown, which own stdout.
+    shown = None if args.json or args.markdown else bars(console)
+    task = shown.add("mutants", len(to_run)) if shown is not None else None
+    done: list[Verdict] = []
+    try:
+        if shown is not None:
+            shown.update(task, 0, progress_text(done, len(to_run)))
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(run_placed, m): m for m in to_run}
-            for future in as_completed(futures):
-                verdict = future.result()
-                verdicts[verdict.id] = verdict
-                progress.update(task, advance=1,
-                                last=f"{verdict.id} {'killed' if verdict.killed else 'SURVIVED'}")
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=TICK_SECONDS, return_when=FIRST_COMPLETED)
+                for future in sorted(finished, key=lambda f: to_run.index(futures[f])):  # a fixed order
+                    verdict = future.result()
+                    verdicts[verdict.id] = verdict
+                    done.append(verdict)
+                    if shown is not None:
+                        shown.update(task, len(done), progress_text(done, len(to_run)), event=True)
+                if not finished and shown is not None:  # nothing new: the interval decides
+                    shown.update(task, len(done), progress_text(done, len(to_run)))
+    finally:
+        if shown is not None:
+            shown.stop()
     ordered = [verdicts[m.id] for m in chosen]
     survivors = [v for v in ordered if v.killed is False and not v.equivalent]
     if args.json:
@@ -93,6 +110,19 @@ def run(args: argparse.Namespace) -> int:
         console.print(verdict_table(ordered), soft_wrap=True)
         console.print(summary_line(ordered))
     return EXIT_FAIL if survivors else EXIT_PASS
+
+
+def progress_text(done: list, total: int) -> str:
+    """`2/40 run, 2 killed; T07 killed in 12.5 s`: the count so far and the last verdict."""
+    killed = sum(1 for v in done if v.killed)
+    text = f"{len(done)}/{total} run, {killed} killed"
+    if not done:
+        return text
+    last = done[-1]
+    if not last.killed:
+        return f"{text}; {last.id} SURVIVED"
+    after = f" in {last.seconds_to_kill:.1f} s" if last.seconds_to_kill is not None else ""
+    return f"{text}; {last.id} killed{after}"
 
 
 def _cuda() -> bool:

@@ -45,7 +45,7 @@ def clock_text(seconds: float) -> str:
 class Bars(Protocol):
     def add(self, name: str, total: float | None, logged: bool = True) -> Any: ...
 
-    def update(self, task: Any, completed: float | None, detail: str) -> None: ...
+    def update(self, task: Any, completed: float | None, detail: str, event: bool = False) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -61,7 +61,7 @@ class LiveBars:
     def add(self, name: str, total: float | None, logged: bool = True) -> Any:
         return self._progress.add_task(name, total=total, detail="starting")
 
-    def update(self, task: Any, completed: float | None, detail: str) -> None:
+    def update(self, task: Any, completed: float | None, detail: str, event: bool = False) -> None:
         self._progress.update(task, completed=completed, detail=detail)
 
     def stop(self) -> None:
@@ -77,7 +77,8 @@ class _Task:
 
 class PlainLines:
     """A line per logged task when it is first updated, then at most one every
-    `every` seconds: `NAME: DETAIL; 0:01:05 elapsed`."""
+    `every` seconds: `NAME: DETAIL; 0:01:05 elapsed`; and one for every update that
+    is an `event` (a mutant's verdict: a log should hold each)."""
 
     def __init__(self, print_line: Callable[[str], None], every: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -90,11 +91,11 @@ class PlainLines:
         self._tasks.append(_Task(name, logged))
         return len(self._tasks) - 1
 
-    def update(self, task: int, completed: float | None, detail: str) -> None:
+    def update(self, task: int, completed: float | None, detail: str, event: bool = False) -> None:
         entry = self._tasks[task]
         entry.detail = detail
         now = self._clock()
-        if not entry.logged or now - self._last.get(task, -float("inf")) < self._every:
+        if not entry.logged or (not event and now - self._last.get(task, -float("inf")) < self._every):
             return
         self._last[task] = now
         self._print(f"{entry.name}: {detail}; {clock_text(now - self._start)} elapsed")

@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
             path = emit_test(args.case, case, args.emit_test, kernel, args.device, plugins)
         except OSError as e:
             return usage_error("replay", f"--emit-test {args.emit_test}: cannot write there: {e.strerror or e}")
-        console.print(f"wrote {path} (and {path.with_name(args.case.name)})", soft_wrap=True)
+        shown = Path(os.path.normpath(path))  # as the user would write it: regress/test_x.py, not a/../regress/...
+        console.print(f"wrote {shown} (and {shown.with_name(args.case.name)})", soft_wrap=True)
     verbose = args.verbose or os.environ.get(VERBOSE_VARIABLE, "") not in ("", "0")
     if args.repeat > 1:
         return repeat(args.case, case, kernel, args.device, args.repeat, verbose, args.strict_nan, plugins,
@@ -276,7 +277,9 @@ def _kernel_expression(kernel: str, folder: Path) -> tuple[str, str]:
     spec = KernelSpec.parse(kernel)
     if spec.is_file:
         relative = spec.relative_to(folder).file
-        return f"f\"{{HERE / {relative!r}}}:{spec.function}\"", f"{spec.function} in {relative}, relative to this file"
+        # normpath: the reports the test prints name /x/kernels/mine.py, not /x/regress/../kernels/mine.py.
+        return (f"f\"{{os.path.normpath(HERE / {relative!r})}}:{spec.function}\"",
+                f"{spec.function} in {relative}, relative to this file")
     return repr(kernel), kernel
 
 

@@ -46,26 +46,31 @@ class Contract:
     noun: str  # how messages name it: "kernel", "kv-write kernel", ...
     positional: tuple[str, ...]
     keywords: tuple[str, ...]
+    outputs: tuple[str, ...] = ()  # the positional arguments it writes in place; the others it only reads
 
 
 KEYWORDS = ("kv_block_size", "kernel_block_size", "cp_world_size", "cp_rank", "cp_interleave")
 KV_KEYWORDS = ("layout", "kv_cache_dtype", "k_scale", "v_scale")
-SLOT_MAPPING = Contract("kernel", ("query_start_loc", "positions", "block_table", "slot_mapping"), KEYWORDS)
+SLOT_MAPPING = Contract("kernel", ("query_start_loc", "positions", "block_table", "slot_mapping"), KEYWORDS,
+                        ("slot_mapping",))
 KV_CONTRACTS = {
-    "write": Contract("kv-write kernel", ("key", "value", "key_cache", "value_cache", "slot_mapping"), KV_KEYWORDS),
-    "copy": Contract("kv-copy kernel", ("key_caches", "value_caches", "block_mapping"), ()),
+    "write": Contract("kv-write kernel", ("key", "value", "key_cache", "value_cache", "slot_mapping"), KV_KEYWORDS,
+                      ("key_cache", "value_cache")),
+    "copy": Contract("kv-copy kernel", ("key_caches", "value_caches", "block_mapping"), (),
+                     ("key_caches", "value_caches")),
     "gather": Contract("kv-gather kernel", ("key_cache", "value_cache", "block_table", "cu_lens", "out_key",
-                                            "out_value"), KV_KEYWORDS),
+                                            "out_value"), KV_KEYWORDS, ("out_key", "out_value")),
 }
 KV_KINDS = tuple(KV_CONTRACTS)  # the one list of KV kinds, in the order flags, cases and reports use
 V2_CONTRACTS = {
     "append": Contract("v2-append kernel", ("rows", "cnt_dev", "cnt", "staged_group", "staged_row", "staged_start",
-                                            "staged_ids", "cu_staged"), ()),
-    "gather": Contract("v2-gather kernel", ("rows", "cnt_dev", "inp", "idx_mapping", "num_reqs_padded"), ()),
+                                            "staged_ids", "cu_staged"), (), ("rows", "cnt_dev")),
+    "gather": Contract("v2-gather kernel", ("rows", "cnt_dev", "inp", "idx_mapping", "num_reqs_padded"), (),
+                       ("inp",)),
     "slots": Contract("v2-slots kernel", ("rows", "idx_mapping", "query_start_loc", "positions", "slots",
                                           "num_tokens_padded"),
                       ("kv_block_sizes", "kernel_block_sizes", "sharded", "enabled", "cp_world_size", "cp_rank",
-                       "cp_interleave")),
+                       "cp_interleave"), ("slots",)),
 }
 V2_KINDS = tuple(V2_CONTRACTS)  # --v2-append, --v2-gather, --v2-slots
 

@@ -188,7 +188,8 @@ def run_kv_call(call: dict[str, Any], kernel: Callable, device: Any, strict_nan:
     regions, truth, kernel_call, checks = build(call, strict_nan)
     label = f"{call.get('name', call['op'])}"
     try:
-        run_guarded(regions, truth, lambda get: kernel_call(kernel, get), checks, device, label)
+        run_guarded(regions, truth, lambda get: kernel_call(kernel, get), checks, device, label,
+                    f"kv-{call['op']}")
     except Discrepancy as e:
         return Outcome(False, e)
     except Exception as e:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from blocktable.properties.compare import Discrepancy
+from blocktable.properties.compare import Discrepancy, Handed
 from blocktable.properties.kv.data import HOST, SIGNED, TORCH, UNSIGNED, pseudo_random_bits
 
 MIN_GUARD = 64
@@ -94,14 +94,21 @@ class Checks:
 
 def run_guarded(regions: list[Region], truth: Callable[[Callable[[str, str], np.ndarray]], None],
                 call_kernel: Callable[[Callable[[str, str], torch.Tensor]], None], checks: Checks,
-                device: torch.device, label: str) -> None:
+                device: torch.device, label: str, kind: str = "kernel") -> None:
     """Lay the regions out on the device, call the kernel with their views, bring every
-    buffer back and compare it whole with the truth's. Raises Discrepancy."""
+    buffer back and compare it whole with the truth's. Raises Discrepancy. `kind`:
+    the kernel's flag ("kv-gather"), as reports name it."""
     by_name = {r.name: r for r in regions}
     expected = {r.name: r.bits().copy() for r in regions}
     truth(lambda region, view: by_name[region].host(expected[region], view))
     on_device = {r.name: torch.from_numpy(r.bits().copy()).to(device) for r in regions}
-    call_kernel(lambda region, view: by_name[region].device(on_device[region], view))
+    handed = Handed(noun="kernel" if kind == "kernel" else f"{kind} kernel")
+    call_kernel(lambda region, view: handed.add(argument_name(region, view),
+                                                by_name[region].device(on_device[region], view),
+                                                by_name[region].output))
+    # Before anything is read. The read-back is of the whole buffers, which a kernel
+    # that resized or re-pointed a tensor may have left holding the right bytes.
+    handed.check(f"{label} {kind}")
     actual = {name: t.cpu().numpy() for name, t in on_device.items()}
     for region, view, compare in checks.compare:
         r = by_name[region]
@@ -127,6 +134,15 @@ def run_guarded(regions: list[Region], truth: Callable[[Callable[[str, str], np.
                           f"the kernel wrote {where}: {len(changed)} elements of the {r.name} buffer changed, "
                           f"the first at element {first - r.guard} of {math.prod(r.outer)} ({part}; "
                           f"{', '.join(r.views)} handed as views of a {list(r.outer)} {r.dtype} buffer)")
+
+
+def argument_name(region: str, view: str) -> str:
+    """How the contract names the tensor `view` of `region`: a layer's cache of a KV
+    copy is `key_caches[l]`, a group's row of a V2 call `rows[g]`, any other its view's name."""
+    if region.startswith("layer "):
+        return f"{view}s[{region.split()[1]}]"
+    name, _, group = view.rpartition(" ")
+    return f"{name}[{group}]" if name and group.isdigit() else view
 
 
 def _unwritten(error: Discrepancy, want: np.ndarray, got: np.ndarray, before: np.ndarray) -> Discrepancy:

@@ -31,8 +31,8 @@ import torch
 
 from blocktable.checks import data_checks
 from blocktable.device import upload
-from blocktable.plugin import KVKernels
-from blocktable.properties.compare import Discrepancy, raised
+from blocktable.plugin import KV_CONTRACTS, KVKernels
+from blocktable.properties.compare import Discrepancy, Handed, raised
 from blocktable.properties.kv import truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
 from blocktable.properties.kv.compare import NAN_NOTE, differing
 from blocktable.properties.kv.data import HOST, fetchable, to_device, token_data
@@ -149,12 +149,17 @@ class KVWorld:
         return dict(layout=kv.layout, kv_cache_dtype=kv.kv_cache_dtype, k_scale=kv.k_scale, v_scale=kv.v_scale)
 
     def _call(self, what: str, g: int, fn: Any, *args: Any, **kwargs: Any) -> None:
+        handed = Handed.of(KV_CONTRACTS[what.removeprefix("kv-")], args)
         try:
             fn(*args, **kwargs)
         except Exception as e:  # a kernel that refuses valid input is wrong too; said after the slot checks
             error = raised(what, e, group=g)
             error.message = f"the {what} kernel raised {type(e).__name__}: {e}"
             self.errors.append(error)
+            return
+        changed = handed.changed()  # said first, with the kernel's other errors: the read-back cannot be trusted
+        if changed is not None:
+            self.errors.append(Discrepancy(what, changed, group=g))
 
     def launch(self, calls: list[Any], pairs: list[list[tuple[int, int]]], qsl: np.ndarray,
                positions: np.ndarray, values: np.ndarray, written: dict[int, int]) -> list[torch.Tensor]:

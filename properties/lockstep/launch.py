@@ -22,7 +22,8 @@ import torch
 from blocktable.checks import data_checks
 from blocktable.device import to_host, upload
 from blocktable.oracle import Reads, poison_value
-from blocktable.properties.compare import Discrepancy, assert_arrays_equal, same_values
+from blocktable.plugin import SLOT_MAPPING
+from blocktable.properties.compare import Discrepancy, Handed, assert_arrays_equal, same_values
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.slot.compare import check_slot_mapping
@@ -153,15 +154,18 @@ def slot_calls(state: State, g: int, qsl: np.ndarray, positions: np.ndarray, N: 
                       group=g, ranks=tuple(ranks), slot=g)
     qsl_view, pos_view, table_view = call.inputs()
     for i, R in enumerate(ranks):
+        out = call.output(i)
+        handed = Handed.of(SLOT_MAPPING, (qsl_view, pos_view, table_view, out))
         try:
             # Our wrappers' data checks read query_start_loc and positions back (a
             # device sync). The harness's are valid by construction; the stateless
             # fuzzer runs the checks on every batch it draws and the unit tests on
             # invalid ones, so here they run on a program's first call only.
             with data_checks(state.steps_checked == 0 and g == 0 and i == 0):
-                state.kernels.slot(qsl_view, pos_view, table_view, call.output(i), cp_rank=R, **kw)
+                state.kernels.slot(qsl_view, pos_view, table_view, out, cp_rank=R, **kw)
         except Exception as e:  # a kernel that refuses valid input is wrong too
             raise Discrepancy("slot mapping", f"the kernel raised {type(e).__name__}: {e}", group=g, rank=R) from e
+        handed.check("slot mapping", group=g, rank=R)  # before the KV writes and the read-back use it
     return call
 
 

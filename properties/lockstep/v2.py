@@ -22,7 +22,9 @@ sequence is read back through the gathered input table, at its batch position.
 
 from __future__ import annotations
 
-from functools import partial
+import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,12 +32,33 @@ import torch
 
 from blocktable.device import upload
 from blocktable.oracle import DeviceCache, Reads, poison_value
-from blocktable.properties.compare import Discrepancy, assert_arrays_equal, raised, same_values
+from blocktable.plugin import V2_CONTRACTS
+from blocktable.properties.compare import Discrepancy, Handed, assert_arrays_equal, raised, same_values
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.world import V2Config
 from blocktable.reference import V2BlockTables as ReferenceTables
 from blocktable.v2 import BlockTables, V2Kernels
+
+
+def watched(kernels: V2Kernels, rank: int | None) -> V2Kernels:
+    """The kernels, each call checked for a tensor it resized or re-pointed
+    (properties/compare.py). The check runs inside BlockTables, right after the call:
+    BlockTables itself slices its buffers as it returns them, and would fail first on
+    a buffer the kernel changed."""
+    def watch(kind: str, kernel: Callable) -> Callable:
+        contract = V2_CONTRACTS[kind]
+
+        @functools.wraps(kernel)
+        def call(*args: Any, **kwargs: Any) -> None:
+            handed = Handed.of(contract, args)
+            kernel(*args, **kwargs)
+            handed.check(f"V2 {kind}", rank=rank)
+        return call
+
+    return dataclasses.replace(kernels, append=watch("append", kernels.append),
+                               gather=watch("gather", kernels.gather),
+                               slot_mappings=watch("slots", kernels.slot_mappings))
 
 
 class V2World:
@@ -57,8 +80,8 @@ class V2World:
                                        dcp_sharded=[g.sharded for g in world.groups],
                                        slot_mapping_enabled=self.enabled)
         self.reference = [ReferenceTables(*shape, cp_rank=R, **options) for R in range(W)]
-        self.impl = [BlockTables(*shape, cp_rank=R, **options, backend=state.backend, kernels=kernels)
-                     for R in range(W)]
+        self.impl = [BlockTables(*shape, cp_rank=R, **options, backend=state.backend,
+                                 kernels=watched(kernels, R if W > 1 else None)) for R in range(W)]
         self.slot: dict[int, int] = {}  # request -> its persistent slot (the harness's bookkeeping)
         self.caches = [DeviceCache(world.num_blocks * lay.kv_block_size, slot_base=world.id_offset * lay.kv_block_size,
                                    ranks=lay.world, backend=state.backend) for lay in layouts]
@@ -81,8 +104,8 @@ class V2World:
             self.slot[rid] = next(r for r in range(self.state.world.max_num_reqs) if r not in taken)
         r = self.slot[rid]
         for ref, ours in zip(self.reference, self.impl):
-            self.state.both("V2 append_block_ids", partial(ref.append_block_ids, r, ids, overwrite),
-                            partial(ours.append_block_ids, r, ids, overwrite), group=None)
+            self.state.both("V2 append_block_ids", functools.partial(ref.append_block_ids, r, ids, overwrite),
+                            functools.partial(ours.append_block_ids, r, ids, overwrite), group=None)
         if overwrite:
             self.state.event(events.V2_OVERWRITE)
         ref = self.reference[0]
@@ -147,6 +170,8 @@ class V2World:
     def _call(self, what: str, rank: int | None, fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
+        except Discrepancy:  # a kernel that changed a tensor it was handed (watched below)
+            raise
         except Exception as e:  # a kernel that refuses valid input is wrong too
             raise raised(f"V2 {what}", e, rank=rank) from e
 

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from blocktable.properties.cases.confirmation import Confirmation
+from blocktable.properties.cases.confirmation import Confirmation, verdict
 from blocktable.properties.report.describe import describe_step
 
 TITLE = "blocktable found a discrepancy"
@@ -79,19 +79,34 @@ def confirmation_lines(report: Report) -> list[str]:
     if confirmation.reproduced:
         return ["  confirmed: it fails again when replayed alone in a fresh process"]
     lines = ["  not confirmed: replayed alone in a fresh process, it passes."]
-    if report.repeated_in_process is False:
-        lines.append("  nor did it fail when the fuzzing process replayed it right after shrinking: the failure "
-                     "above is the one Hypothesis saw.")
+    repeated = report.repeated_in_process
+    if repeated is None:  # an older report: the case file's confirmation may know
+        repeated = confirmation.repeated_in_process
+    if repeated is False:
+        lines.append("  nor did it fail when the process that found it replayed it after its earlier calls: the "
+                     "failure above is the one first seen.")
     whole = report.whole_run
-    if confirmation.whole_run_reproduced and whole is not None:
+    found = verdict(False, confirmation.whole_run_reproduced, repeated)
+    if found == "state" and confirmation.whole_run_reproduced and whole is not None:
         lines.append(f"  the whole run that found it ({whole}) fails again in a fresh process: "
                      f"the kernel keeps state from earlier calls (a cache keyed on the wrong inputs, a table kept "
                      f"by data_ptr) and this failure depends on it. The case file keeps the whole run, and "
                      f"replay replays it when the case alone passes.")
-    elif confirmation.whole_run_reproduced is False and whole is not None:
+    elif found == "state":
+        lines.append("  it fails again in the process that found it, replayed there after its earlier calls: the "
+                     "kernel keeps state from earlier calls (a cache keyed on the wrong inputs, a table kept by "
+                     "data_ptr) and this failure depends on it.")
+        if confirmation.whole_run_reproduced is False and whole is not None:
+            lines.append(f"  the whole run that found it ({whole}) passes in a fresh process: the state did not "
+                         f"build up the same way there (a table kept by data_ptr sees other addresses in another "
+                         f"process). The case file keeps the whole run.")
+    elif found == "nondeterministic" and whole is not None:
         lines.append(f"  the whole run that found it ({whole}) passes in a fresh process too: "
                      f"the failure is nondeterministic (a race, memory never initialised) or depends on "
                      f"something outside the program. The case file keeps the whole run.")
+    elif found == "nondeterministic":
+        lines.append("  the failure is nondeterministic (a race, memory never initialised) or depends on "
+                     "something outside the case.")
     else:
         lines.append("  it depends on state from earlier calls in the same process, or is nondeterministic "
                      "(a race, memory never initialised).")

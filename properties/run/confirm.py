@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from blocktable.properties.cases.case import Case
-from blocktable.properties.cases.confirmation import Confirmation
+from blocktable.properties.cases.confirmation import Confirmation, verdict
 from blocktable.properties.report.build import crash_report
 from blocktable.properties.report.report import Report
 from blocktable.properties.run.child import describe_exit, run_in_child
@@ -85,17 +85,19 @@ def replay_case(case: Case, kernel: str, device: str, case_path: Path, verbose: 
 
 def confirm(case: Case, path: Path, kernel: str, device: str,
             on_stage: Callable[[str], None] | None = None, until: float | None = None,
-            call_timeout: float | None = None) -> Confirmation:
+            call_timeout: float | None = None, repeated_in_process: bool | None = None) -> Confirmation:
     """Replay a case (its file not yet written) in a fresh process and, if it passes
     there and keeps the whole run that found it, the whole run in another; each
-    stopped at `until` (time.monotonic()), when given."""
+    stopped at `until` (time.monotonic()), when given. `repeated_in_process`: whether
+    the process that found it failed again when it replayed the case after its
+    earlier calls (run/failure.py), which the verdict weighs too."""
     data = case.to_json()
     if on_stage is not None:
         on_stage("replaying the case in a fresh process")
     alone = replay_attempt(kernel, device, path, case_data=data, until=until, call_timeout=call_timeout)
     if alone.status == "timeout":
         return Confirmation(False, None, "not confirmed: the time limit (--minutes) came before the replay in a "
-                                         "fresh process finished")
+                                         "fresh process finished", repeated_in_process)
     reproduced = alone.status == "fail"
     whole_reproduced = None
     if not reproduced and case.whole_run is not None:
@@ -104,20 +106,34 @@ def confirm(case: Case, path: Path, kernel: str, device: str,
         whole = replay_attempt(kernel, device, path, case_data=data, whole_run=True, until=until,
                                call_timeout=call_timeout)
         whole_reproduced = None if whole.status == "timeout" else whole.status == "fail"
-    if reproduced:
-        note = "fails again when replayed alone in a fresh process"
-    elif whole_reproduced:
-        note = ("passes alone in a fresh process, but the whole run that found it fails again there: the kernel "
-                "keeps state from earlier calls and the failure depends on it")
-    elif whole_reproduced is False:
-        note = ("neither the case alone nor the whole run that found it fails again in a fresh process: "
-                "nondeterministic, or dependent on something outside the program")
-    else:
-        note = ("passes when replayed in a fresh process: it depends on state from earlier calls in the same "
-                "process, or is nondeterministic")
+    note = confirmation_note(reproduced, whole_reproduced, repeated_in_process)
     if alone.status == "config-error":
         note += f" (the replay could not start: {alone.text})"
-    return Confirmation(reproduced, whole_reproduced, note)
+    return Confirmation(reproduced, whole_reproduced, note, repeated_in_process)
+
+
+def confirmation_note(reproduced: bool, whole_reproduced: bool | None, repeated_in_process: bool | None) -> str:
+    """The verdict (cases/confirmation.verdict) in the words a case file keeps, with
+    the replays that decided it."""
+    found = verdict(reproduced, whole_reproduced, repeated_in_process)
+    if found == "confirmed":
+        return "fails again when replayed alone in a fresh process"
+    if found == "state" and whole_reproduced:
+        return ("passes alone in a fresh process, but the whole run that found it fails again there: the kernel "
+                "keeps state from earlier calls and the failure depends on it")
+    if found == "state":
+        run = " (and so does the whole run that found it)" if whole_reproduced is False else ""
+        return (f"passes alone in a fresh process{run}, but fails again in the process that found it, replayed "
+                f"there after its earlier calls: the kernel keeps state from earlier calls (a table kept by "
+                f"data_ptr sees other addresses in another process) and the failure depends on it")
+    if found == "nondeterministic" and whole_reproduced is False:
+        return ("neither the case alone nor the whole run that found it fails again in a fresh process: "
+                "nondeterministic, or dependent on something outside the program")
+    if found == "nondeterministic":
+        return ("passes alone in a fresh process, and did not fail again when the process that found it replayed "
+                "it: nondeterministic, or dependent on something outside the case")
+    return ("passes when replayed in a fresh process: it depends on state from earlier calls in the same "
+            "process, or is nondeterministic")
 
 
 def finish(case: Case, confirmation: Confirmation, folder: Path) -> Path:

@@ -50,7 +50,8 @@ def confirm_and_save(failure: Failure, kernel: str, device: str, display: Displa
     path = Path(failure.case)
     case = Case.from_json(failure.case_data)
     with display.activity("confirming", "replaying the case in a fresh process") as update:
-        confirmation = confirm(case, path, kernel, device, on_stage=update, until=until, call_timeout=call_timeout)
+        confirmation = confirm(case, path, kernel, device, on_stage=update, until=until, call_timeout=call_timeout,
+                               repeated_in_process=failure.repeated_in_process)
     finish(case, confirmation, path.parent)
     return dataclasses.replace(failure.report, confirmation=confirmation)
 

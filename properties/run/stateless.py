@@ -28,9 +28,11 @@ import torch
 from blocktable import plugin
 from blocktable.properties import fault
 from blocktable.properties.cases.case import Case, provenance
+from blocktable.properties.compare import Discrepancy, Handed, raised
 from blocktable.properties.kv.call import run_kv_call
 from blocktable.properties.kv.draw import call_size, draw
 from blocktable.properties.kv.draw import shrink as shrink_kv
+from blocktable.properties.outcome import Outcome
 from blocktable.properties.report.describe import kv_call_text, v2_call_text
 from blocktable.properties.run.calls import calls as calls_made
 from blocktable.properties.run.calls import counted
@@ -39,7 +41,7 @@ from blocktable.properties.run.failure import send_failure
 from blocktable.properties.run.journal import Journal
 from blocktable.properties.run.messages import Job, Progress, Result, Stats
 from blocktable.properties.run.prepare import config_error, prepare, prepare_backend
-from blocktable.properties.slot.call import run_slot_call
+from blocktable.properties.slot.call import run_slot_call, slot_call
 from blocktable.properties.slot.draw import random_call, shrink
 from blocktable.properties.slot.guard import GuardedCall
 from blocktable.properties.slot.truth import slot_mapping_vectorized
@@ -47,13 +49,42 @@ from blocktable.properties.v2 import draw as v2_draw
 from blocktable.properties.v2.call import run_v2_call
 
 
-def run_guarded(kernel: Any, config: dict[str, int], qsl: torch.Tensor, positions: torch.Tensor,
-                table: torch.Tensor, tmax: int) -> torch.Tensor:
-    call = GuardedCall(table.shape[0], table.shape[1], qsl.numel() - 1, positions.numel(), tmax, positions.device)
-    out = call.output()
-    kernel(call.qsl.load(qsl), call.positions.load(positions), call.table.load(table), out, **config)
+def run_guarded(kernel: Any, config: dict[str, int], call: GuardedCall, qsl: torch.Tensor, positions: torch.Tensor,
+                table: torch.Tensor) -> torch.Tensor:
+    """The kernel's output of one batch, run in `call`'s guarded buffers."""
+    args = (call.qsl.load(qsl), call.positions.load(positions), call.table.load(table), call.output())
+    handed = Handed.of(plugin.SLOT_MAPPING, args)
+    kernel(*args, **config)
+    handed.check("stateless-batch slot mapping")  # before the output is read
     call.check()
-    return out
+    return args[3]
+
+
+def run_batch(kernel: Any, config: dict[str, int], qsl: torch.Tensor, positions: torch.Tensor, table: torch.Tensor,
+              tmax: int, expected: torch.Tensor, call: GuardedCall | None = None) -> tuple[Outcome, int, GuardedCall]:
+    """One batch against the truth: the outcome (a failure names the first wrong
+    slot), the first wrong token (0 when the kernel raised) and the buffers it ran
+    in. `call`: an earlier run's buffers, to run in again (the same memory, every
+    guard and the output as they were before that run)."""
+    if call is None:
+        call = GuardedCall(table.shape[0], table.shape[1], qsl.numel() - 1, positions.numel(), tmax, positions.device)
+    else:
+        call.reset()
+    try:
+        actual = run_guarded(kernel, config, call, qsl, positions, table)
+    except Discrepancy as error:  # it wrote outside its output, or changed what it was handed
+        return Outcome(False, error), 0, call
+    except Exception as error:  # the kernel raised
+        fault.check(error)
+        return Outcome(False, raised("stateless-batch slot mapping", error)), 0, call
+    if torch.equal(actual, expected):
+        return Outcome(True), 0, call
+    differ = torch.nonzero(actual != expected)[:, 0]
+    token = int(differ[0])
+    want, got = int(expected[token]), int(actual[token])
+    return Outcome(False, Discrepancy("stateless-batch slot mapping", f"{len(differ)} of {tmax} slots differ; first "
+                                      f"at token {token}: expected {want}, got {got}", index=(token,), expected=want,
+                                      actual=got)), token, call
 
 
 def stateless_child(job: Job, send: Send) -> None:
@@ -83,21 +114,23 @@ def stateless_child(job: Job, send: Send) -> None:
         journal.start({"kind": "stateless-batch", "kernel": job.kernel, "device": backend.describe(),
                        "batch": done + 1, "seed": job.seed, "config": config,
                        "requests": qsl.numel() - 1, "tokens": positions.numel(), "max_num_tokens": tmax})
-        try:
-            actual = run_guarded(kernel, config, qsl, positions, table, tmax)
-            failed = not torch.equal(actual, expected)
-        except Exception as error:  # the kernel raised, or wrote outside its output
-            fault.check(error)
-            failed, actual = True, None
-        if failed:
-            token = int(torch.nonzero(actual != expected)[0, 0]) if actual is not None else 0
+        seen, token, buffers = run_batch(kernel, config, qsl, positions, table, tmax, expected)
+        if not seen.passed:
+            # The same batch again in the same memory, before anything else runs: a
+            # kernel that keeps state by data_ptr fails again here, and passes in a
+            # fresh process (run/confirm.py tells the two apart by this).
+            again, _, _ = run_batch(kernel, config, qsl, positions, table, tmax, expected, buffers)
             call = shrink(kernel, backend, config, qsl, positions, table, tmax, token)
+            replayed = run_slot_call(call, kernel, backend)
+            if replayed.passed:  # not even here now: the case is the batch as it failed
+                call = slot_call("stateless-batch", config, qsl.cpu().numpy(), positions.cpu().numpy(),
+                                 table.cpu().numpy(), tmax)
             case = Case("slot-call", job.kernel, {}, call=call,
                         provenance=provenance(backend.describe(), seed=job.seed, mode="stateless"))
             stats.elapsed = time.monotonic() - start
             journal.close()
-            send_failure(send, case, run_slot_call(call, kernel, backend), backend, Path(job.out or "."), stats,
-                         kernel=kernel, verbose=job.verbose)
+            send_failure(send, case, seen if replayed.passed else replayed, backend, Path(job.out or "."), stats,
+                         kernel=kernel, verbose=job.verbose, repeated=not (replayed.passed and again.passed))
             return
         done += 1
         tokens += tmax
@@ -152,13 +185,15 @@ def kv_stateless_child(job: Job, send: Send) -> None:
             outcome = run_kv_call(call, kernel, device, job.strict_nan)
             if not outcome.passed:
                 shrunk = shrink_kv(call, outcome.error, kernel, device, job.strict_nan)
+                replayed = run_kv_call(shrunk, kernel, device, job.strict_nan)  # again, after the earlier calls
+                if replayed.passed:  # not even here now: the case is the call as it failed
+                    shrunk, replayed = call, outcome
                 case = Case("kv-call", spec, {}, call=shrunk, strict_nan=job.strict_nan,
                             provenance=provenance(described, seed=job.seed, mode="stateless"))
                 stats.elapsed = time.monotonic() - start
                 journal.close()
-                send_failure(send, case, run_kv_call(shrunk, kernel, device, job.strict_nan), backend,
-                             Path(job.out or "."), stats,
-                             kernel=kernel, verbose=job.verbose)
+                send_failure(send, case, replayed, backend, Path(job.out or "."), stats, kernel=kernel,
+                             verbose=job.verbose, repeated=replayed is not outcome)
                 return
             calls += 1
             tokens += call_size(call)
@@ -210,13 +245,16 @@ def v2_stateless_child(job: Job, send: Send) -> None:
             if not outcome.passed:
                 found = time.monotonic()
                 shrunk = v2_draw.shrink(call, outcome.error, kernel, device)
+                replayed = run_v2_call(shrunk, kernel, device)  # again, after the earlier calls
+                if replayed.passed:  # not even here now: the case is the call as it failed
+                    shrunk, replayed = call, outcome
                 case = Case("v2-call", spec, {}, call=shrunk,
                             provenance=provenance(described, seed=job.seed, mode="stateless"))
                 stats.first_failure_s, stats.examples_to_failure = found - start, done
                 stats.elapsed = time.monotonic() - start
                 journal.close()
-                send_failure(send, case, run_v2_call(shrunk, kernel, device), backend, Path(job.out or "."), stats,
-                             kernel=kernel, verbose=job.verbose)
+                send_failure(send, case, replayed, backend, Path(job.out or "."), stats, kernel=kernel,
+                             verbose=job.verbose, repeated=replayed is not outcome)
                 return
             calls += 1
             size += v2_draw.call_size(call)

@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 from blocktable.device import Backend
-from blocktable.plugin import SlotMappingFn
+from blocktable.plugin import SLOT_MAPPING, SlotMappingFn
 from blocktable.properties import fault
-from blocktable.properties.compare import Discrepancy, raised
+from blocktable.properties.compare import Discrepancy, Handed, raised
 from blocktable.properties.outcome import Outcome
 from blocktable.properties.slot.compare import check_slot_mapping
 from blocktable.properties.slot.guard import GuardedCall
@@ -39,8 +39,10 @@ def run_slot_call(call: dict[str, Any], kernel: SlotMappingFn, backend: Backend)
             guarded.positions.load(torch.from_numpy(positions).to(device)),
             guarded.table.load(torch.from_numpy(table).to(device)),
             guarded.output())
+    handed = Handed.of(SLOT_MAPPING, args)
     try:
         kernel(*args, **config)
+        handed.check(f"{call['name']} slot mapping")  # before anything reads the output
         guarded.check()
         check_slot_mapping(f"{call['name']} slot mapping", expected, args[3].cpu().numpy(), group=None,
                            rank=None, config=config, query_start_loc=qsl, positions=positions,

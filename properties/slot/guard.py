@@ -101,6 +101,14 @@ def handed(view: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def alias(tensor: torch.Tensor) -> torch.Tensor:
+    """A new tensor object over the same memory. The staged buffers' tensors live as
+    long as their geometry's cache entry: a kernel that resizes or re-points the one it
+    was handed (a finding, properties/compare.py) must not hand every later call of the
+    geometry, in this program or the next, its changed tensor."""
+    return tensor.view(tensor.shape)
+
+
 def call_parts(rows: int, width: int, num_reqs: int, num_tokens: int, calls: int,
                max_tokens: int) -> list[tuple[tuple[int, ...], tuple[int, ...], type, int, bool]]:
     """(shape, pad, dtype, fill, lead) of a call's four buffers: the table, query_start_loc,
@@ -171,6 +179,13 @@ class GuardedCall(_CallBuffers):
     def output(self, i: int = 0) -> torch.Tensor:
         """Call i's output."""
         return handed(self.outputs[i])
+
+    def reset(self) -> None:
+        """Every buffer as it was made, in the same memory, for the same call again:
+        guards whole, outputs poured (the inputs are loaded again by the caller)."""
+        for guarded, _ in self.parts():
+            guarded.buffer.fill_(guarded.fill)
+        self.outputs = self.out.pour(UNWRITTEN)
 
     def check(self) -> None:
         """Every guard and input as it was. One device sync for every call together
@@ -286,10 +301,11 @@ class StagedCall(_CallBuffers):
 
     def inputs(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(query_start_loc, positions, block_table) as the kernel is handed them."""
-        return self.stage.inputs
+        qsl, positions, table = self.stage.inputs
+        return alias(qsl), alias(positions), alias(table)
 
     def output(self, i: int = 0) -> torch.Tensor:
-        return self.stage.outputs[i]
+        return alias(self.stage.outputs[i])
 
     def readback(self) -> list[torch.Tensor]:
         """What `check` compares: the bytes the kernel was handed and the table they were

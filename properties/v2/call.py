@@ -135,7 +135,8 @@ def run_v2_call(call: dict[str, Any], kernel: Callable, device: Any) -> Outcome:
     regions, truth, kernel_call, checks, _ = build(call)
     label = call.get("name", call["op"])
     try:
-        run_guarded(regions, truth, lambda get: kernel_call(kernel, get), checks, device, label)
+        run_guarded(regions, truth, lambda get: kernel_call(kernel, get), checks, device, label,
+                    f"v2-{call['op']}")
     except Discrepancy as e:
         return Outcome(False, e)
     except Exception as e:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,76 @@ jobs:
                   "job b: no runs-on"):
         assert fault in problems, f"{fault!r} not reported in:\n{problems}"
     assert "--seed" not in problems
+
+
+# -- the fleet's database password: from the environment, never on a command line --------
+
+SECRET = "s3cret-pw"
+# Every command the CI scripts run that is not a shell builtin, each a stub that logs
+# its command line (and, for blocktable, whether REDIS_PASSWORD reached it).
+STUB = """#!/usr/bin/env bash
+echo "$(basename "$0") $*" >> "$CALLS"
+if [ "$(basename "$0")" = blocktable ]; then echo "REDIS_PASSWORD=${REDIS_PASSWORD:-}" >> "$CALLS"; fi
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && : > "$3/bin/activate"; fi
+if [ "$3" = list ]; then echo "numpy 2.0"; fi
+"""
+STUBS = ("python3", "python", "ruff", "mypy", "pytest", "blocktable", "redis-server", "apt-get", "sudo")
+
+
+def fake_checkout(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A copy of ci/ in a folder laid out as a checkout, and an environment whose
+    PATH finds a stub for every command the scripts run (nothing is installed)."""
+    root = tmp_path / "checkout"
+    (root / "ci").mkdir(parents=True)
+    for script in (ROOT / "ci").glob("*.sh"):
+        (root / "ci" / script.name).write_text(script.read_text())
+    for folder in ("blocktable", "reference", "kernels", "properties"):
+        (root / folder).mkdir()
+    (root / "pyproject.toml").write_text("")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name in STUBS:
+        (stubs / name).write_text(STUB)
+        (stubs / name).chmod(0o755)
+    return root, {"PATH": f"{stubs}:/usr/bin:/bin", "CALLS": str(tmp_path / "calls.txt"), "HOME": str(tmp_path)}
+
+
+CI_RUNS = {"cpu.sh": [], "gpu.sh": [], "nightly.sh": ["cpu", "7"]}
+
+
+def run_ci(tmp_path: Path, script: str, database: str) -> tuple[int, str, str]:
+    """Run a CI script in the stubbed checkout: (its status, what it printed, the command lines it ran)."""
+    root, env = fake_checkout(tmp_path)
+    env.update(BLOCKTABLE_DATABASE=database, REDIS_PASSWORD=SECRET)
+    done = subprocess.run(["bash", str(root / "ci" / script), *CI_RUNS[script]], capture_output=True, text=True,
+                          env=env, timeout=120)
+    calls = Path(env["CALLS"])
+    return done.returncode, done.stdout + done.stderr, calls.read_text() if calls.exists() else ""
+
+
+@pytest.mark.parametrize("script", CI_RUNS)
+def test_the_ci_scripts_give_blocktable_the_password_by_the_environment_only(tmp_path, script):
+    code, out, calls = run_ci(tmp_path, script, "redis://10.0.0.5:6379/0")
+    assert code == 0, out + calls
+    fuzz = [line for line in calls.splitlines() if line.startswith("blocktable fuzz")]
+    assert fuzz and all("--database redis://10.0.0.5:6379/0" in line for line in fuzz), calls
+    assert f"REDIS_PASSWORD={SECRET}" in calls.splitlines()
+    assert SECRET not in "\n".join(line for line in calls.splitlines() if not line.startswith("REDIS_PASSWORD="))
+
+
+@pytest.mark.parametrize("database", ["redis://:s3cret-pw@10.0.0.5:6379/0", "rediss://fleet:s3cret-pw@10.0.0.5/1",
+                                      "redis://:s3c/ret@pw@10.0.0.5:6379/0"])
+@pytest.mark.parametrize("script", CI_RUNS)
+def test_a_database_url_holding_a_password_stops_the_ci_scripts_before_anything_runs(tmp_path, script, database):
+    code, out, calls = run_ci(tmp_path, script, database)
+    assert code == 2, out + calls
+    assert out == ("ci: BLOCKTABLE_DATABASE holds a password: set it as redis://HOST:PORT/N and the password in "
+                   "REDIS_PASSWORD (docs/fleet.md)\n")
+    assert calls == ""  # nothing ran, nothing was installed
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_the_workflows_pass_the_password_as_its_own_secret(name):
+    env = yaml.safe_load((WORKFLOWS / name).read_text())["env"]
+    assert env == {"BLOCKTABLE_DATABASE": "${{ secrets.BLOCKTABLE_DATABASE }}",
+                   "REDIS_PASSWORD": "${{ secrets.REDIS_PASSWORD }}"}

@@ -47,6 +47,22 @@ def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
     slot_mapping.copy_(CACHE[key])
 '''
 
+# A table kept by the output's address: a later call whose output lands where an
+# earlier one's was gets that call's slots (vLLM-style metadata caches keyed by
+# data_ptr). Which addresses come back differs from one process to the next.
+BY_DATA_PTR = '''
+TABLE = {}
+
+
+def slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw):
+    kept = TABLE.get(slot_mapping.data_ptr())
+    if kept is not None and kept.numel() >= slot_mapping.numel():
+        slot_mapping.copy_(kept[:slot_mapping.numel()])
+        return
+    good.slot_mapping(query_start_loc, positions, block_table, slot_mapping, **kw)
+    TABLE[slot_mapping.data_ptr()] = slot_mapping.clone()
+'''
+
 # Every third call, counted across processes in a file: the first slot is wrong.
 ONE_IN_THREE = '''
 
@@ -94,6 +110,31 @@ def test_a_plugin_with_state_across_calls_says_it_did_not_repeat_in_a_fresh_proc
     assert code == 1, replayed
     assert "the case alone passes in a fresh process" in replayed and "whole run" in replayed
     assert data["failure"]["message"].split(":")[0] in replayed
+
+
+def test_a_plugin_keeping_a_table_by_data_ptr_is_said_to_keep_state_not_to_be_nondeterministic(cli, tmp_path):
+    """Stateless batches each get new buffers; the allocator hands an output the
+    address of an earlier one sooner or later, and the kernel returns that call's
+    slots. Run again in the same memory it fails again; alone in a fresh process it
+    passes: state kept from earlier calls, which is what the report and the case say."""
+    kernel = plugin(tmp_path / "by_data_ptr.py", BY_DATA_PTR)
+    code, out = cli("fuzz", "--stateless", "--kernel", f"{kernel}:slot_mapping", "--examples", "200",
+                    "--device", "cpu")
+    assert code == 1, out
+    lines = out.splitlines()
+    assert "blocktable found a discrepancy that did not repeat in a fresh process" in lines
+    assert "  not confirmed: replayed alone in a fresh process, it passes." in lines
+    assert ("  it fails again in the process that found it, replayed there after its earlier calls: the kernel keeps "
+            "state from earlier calls (a cache keyed on the wrong inputs, a table kept by data_ptr) and this failure "
+            "depends on it.") in lines
+    assert "nondeterministic" not in out
+    data = json.loads(case_path(out).read_text())
+    assert data["kind"] == "slot-call" and "whole_run" not in data
+    assert data["confirmation"] == {
+        "reproduced": False, "whole_run_reproduced": None, "repeated_in_process": True,
+        "note": "passes alone in a fresh process, but fails again in the process that found it, replayed there after "
+                "its earlier calls: the kernel keeps state from earlier calls (a table kept by data_ptr sees other "
+                "addresses in another process) and the failure depends on it"}
 
 
 def test_a_plugin_that_fails_alone_is_confirmed_and_keeps_no_whole_run(cli, tmp_path):

@@ -217,3 +217,25 @@ def test_a_real_illegal_memory_access_on_the_gpu_is_a_shrunk_device_fault(cli, t
     assert data["failure"]["found_with_steps"] >= len(data["program"]) >= 5, data["program"]
     code, replayed = cli("replay", str(case))
     assert code == 1 and said in replayed, replayed
+
+
+def test_a_lockstep_run_leaves_hypothesis_storage_where_the_docs_say(cli, tmp_path, monkeypatch, plugin_file):
+    """A run leaves `.hypothesis/` (Hypothesis's cache of constants and a .gitignore)
+    in the folder it was started from, or where HYPOTHESIS_STORAGE_DIRECTORY says, and
+    nothing else once it passes; docs/cli.md says so, by those names."""
+    kernel = f"{plugin_file()}:slot_mapping"
+    for work, storage in ((tmp_path / "here", None), (tmp_path / "there", tmp_path / "storage")):
+        work.mkdir()
+        monkeypatch.chdir(work)
+        if storage is not None:
+            monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(storage))
+        code, out = cli("fuzz", "--kernel", kernel, "--examples", "2", "--device", "cpu")
+        assert code == 0, out
+        kept = storage or work / ".hypothesis"
+        assert sorted(p.name for p in work.iterdir()) == ([] if storage else [".hypothesis"])
+        assert sorted(p.name for p in kept.iterdir()) == [".gitignore", "constants"]
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    fuzz = docs.split("## `blocktable fuzz`")[1].split("\n## ")[0]
+    for said in ("`.hypothesis/`", "`constants/`", "`.gitignore`", "`HYPOTHESIS_STORAGE_DIRECTORY=DIR`"):
+        assert said in fuzz, said
+    assert "\n| `HYPOTHESIS_STORAGE_DIRECTORY` | " in docs

@@ -114,3 +114,31 @@ def test_an_emitted_test_keeps_a_given_fix_relative_to_itself(tmp_path):
                                          "gather": "BLOCKTABLE_KV_GATHER"}
     assert "HERE / '../fixes/gather.py'" in test.read_text()
     assert json.loads((tmp_path / "regress" / path.name).read_text())["kv"] == {"gather": "../plugins/g.py:gather"}
+
+
+def test_an_emitted_test_names_its_plug_ins_by_normalised_paths(cli, tmp_path):
+    """The folder given as `sub/../regress` and plug-ins given as `sub/../plugins/...`:
+    the test holds their paths relative to itself, and what it replays (and so every
+    report it prints) names them without `..` segments; so does the line saying where
+    the test went."""
+    import runpy
+
+    from blocktable.properties.world import WorldConfig
+
+    (tmp_path / "sub").mkdir()
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    shutil.copyfile(EXAMPLE.with_name("numpy_slot_mapping.py"), plugins / "slots.py")
+    shutil.copyfile(EXAMPLE, plugins / "gather.py")
+    case = Case("lockstep", "triton", {"what": "x", "message": "y", "step": None}, world=WorldConfig(),
+                program=[{"op": "add"}])
+    path = case.save(tmp_path / "cases")
+    code, out = cli("replay", str(path), "--kernel", "sub/../plugins/slots.py:slot_mapping", "--kv-gather",
+                    "sub/../plugins/gather.py:gather", "--device", "cpu", "--emit-test", "sub/../regress")
+    assert code == 0, out  # one add: nothing to fail
+    test = tmp_path / "regress" / f"test_{path.stem.replace('-', '_')}.py"
+    assert f"wrote regress/{test.name} (and regress/{path.name})" in out.splitlines(), out
+    module = runpy.run_path(str(test))
+    assert module["KERNEL"] == f"{(plugins / 'slots.py').resolve()}:slot_mapping"
+    assert module["PLUGINS"] == {"kv": {"gather": f"{(plugins / 'gather.py').resolve()}:gather"}}
+    assert "os.path.normpath(HERE / '../plugins/slots.py')" in test.read_text()

@@ -85,3 +85,33 @@ def test_the_interval_defaults_to_thirty_seconds(monkeypatch):
     assert interval() == 30.0
     monkeypatch.setenv(SECONDS_VARIABLE, "2.5")
     assert interval() == 2.5
+
+
+def test_mutants_in_a_log_print_a_line_at_the_start_and_one_per_verdict(monkeypatch, capsys):
+    """With stdout not a terminal, the mutation gate prints plain lines, not rich's
+    live bar: one when it starts and one per verdict (in the order the mutants were
+    given, with one job), then its table. The mutants' fuzzing is replaced by a
+    verdict at once: what is checked is how the gate shows them."""
+    from blocktable.properties.mutation import run as mutation_run
+    from blocktable.properties.mutation.catalogue import CATALOGUE
+
+    first, second = [m for m in CATALOGUE if not m.equivalent][:2]
+
+    def verdict(mutant, budget, seed, device, place):
+        killed = mutant is first
+        return mutation_run.Verdict(mutant.id, mutant.layer, mutant.imitates, killed,
+                                    seconds_to_kill=1.5 if killed else None, examples_to_kill=3 if killed else None)
+
+    monkeypatch.setattr(mutation_run, "run_mutant", verdict)
+    monkeypatch.setenv(SECONDS_VARIABLE, "3600")  # no line but the start's and the verdicts'
+    code = main(["mutants", "--only", first.id, second.id, "--jobs", "1", "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert code == 1, out  # the second survived
+    progress, table = out.split("blocktable mutation gate\n")
+    lines = [re.sub(r"; \d:\d\d:\d\d elapsed$", "; ELAPSED", line) for line in progress.splitlines()]
+    assert lines == ["mutants: 0/2 run, 0 killed; ELAPSED",  # all that comes before the table: no bar
+                     f"mutants: 1/2 run, 1 killed; {first.id} killed in 1.5 s; ELAPSED",
+                     f"mutants: 2/2 run, 1 killed; {second.id} SURVIVED; ELAPSED"]
+    assert "\r" not in out and "\x1b[" not in out
+    assert table.splitlines()[-1] == "1/2 non-equivalent mutants killed; time to kill: median 1.5 s, worst 1.5 s"
+

@@ -220,3 +220,17 @@ def test_only_the_group_whose_call_strayed_is_named(backend, kernels):
     run.apply({"op": "add"})
     with pytest.raises(Discrepancy, match="group 1 rank 1 positions guard: the kernel wrote into"):
         run.apply({"op": "step", "query": [3]})
+
+
+def test_a_resized_staged_tensor_does_not_reach_the_next_call():
+    """The staged buffers of a geometry outlive their call: a kernel that resizes the
+    tensors it was handed (a finding) must not hand the next call of that geometry,
+    in this program or a later one, its resized tensors."""
+    call = StagedCall(TABLE.clone(), QSL, POSITIONS, 8, ranks=(0, 1))
+    for tensor in (*call.inputs(), call.output(0), call.output(1)):
+        tensor.resize_(1)
+    call.check()
+    again = StagedCall(TABLE.clone(), QSL, POSITIONS, 8, ranks=(0, 1))
+    assert again.device_bytes.data_ptr() == call.device_bytes.data_ptr()
+    assert [tuple(t.shape) for t in (*again.inputs(), again.output(0), again.output(1))] == [(3,), (5,), (3, 4), (8,),
+                                                                                             (8,)]
