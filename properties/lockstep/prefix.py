@@ -58,7 +58,26 @@ def fresh_tokens(state: State, tokens: list[int]) -> int:
     taken = [b for b in pool.queue if b not in hits][:fresh]
     if any(pool.is_cached(b) and pool.block_key(b) not in hit_keys for b in taken):
         state.event(events.FRESH_EVICTS)
+    if len(seqs) > 1 and _group_by_group_evicts(state, tokens, L, num_new):
+        state.event(events.FRESH_EVICTS_OTHER_GROUP)
     return num_new
+
+
+def _group_by_group_evicts(state: State, tokens: list[int], L: int, num_new: int) -> bool:
+    """Whether admitting group by group (each group's hits touched, then its fresh
+    blocks allocated, before the next group's) would take a later group's queued hit
+    off the head: the order §8's admission must not follow (vLLM #11565)."""
+    seqs, pool = state.reference.seqs, state.reference.pool
+    queue = list(pool.queue)
+    hits = [[pool.first_cached(block_key(s.group, tokens, j, s.tokens_per_block))
+             for j in range(L // s.tokens_per_block)] for s in seqs]
+    for g, s in enumerate(seqs):
+        queue = [b for b in queue if b not in hits[g]]
+        fresh = -(-(L + num_new) // s.tokens_per_block) - L // s.tokens_per_block
+        taken, queue = queue[:fresh], queue[fresh:]
+        if any(b in later for later in hits[g + 1:] for b in taken):
+            return True
+    return False
 
 
 def compute_admitted(state: State, rid: int, num_new: int) -> None:
