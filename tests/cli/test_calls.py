@@ -4,6 +4,7 @@ a pass that checked nothing of it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -55,13 +56,17 @@ def test_a_kv_plugin_no_world_called_is_a_usage_error_not_a_pass(cli, monkeypatc
     assert code == 2, out
     assert "no discrepancy found" not in out and "kv-copy 0" in out
     reason = [line for line in out.splitlines() if line.startswith("blocktable fuzz: ")]
-    assert reason == [f"blocktable fuzz: --kv-copy {COPY} was never called in 3 programs (nothing drawn used it), "
-                      f"so this run checked nothing of it: run more (--examples, --minutes) or another --seed"], out
+    # Programs run: the three asked for, and any Hypothesis ran besides (one it discarded).
+    assert len(reason) == 1 and re.fullmatch(
+        rf"blocktable fuzz: --kv-copy {re.escape(COPY)} was never called in [3-9] programs \(nothing drawn used "
+        rf"it\), so this run checked nothing of it: run more \(--examples, --minutes\) or another --seed",
+        reason[0]), out
 
 
 @pytest.mark.fuzz
 def test_the_summary_counts_the_calls_of_each_plugin(cli):
-    code, out = cli("fuzz", "--kv-write", WRITE, "--kv-copy", COPY, "--device", "cpu", "--examples", "4")
+    # Ten programs: seed 0's first KV world with a copy-on-write comes within them.
+    code, out = cli("fuzz", "--kv-write", WRITE, "--kv-copy", COPY, "--device", "cpu", "--examples", "10")
     assert code == 0, out
     row = next(line for line in out.splitlines() if "calls (shrinking included)" in line)
     counts = dict(part.strip().rsplit(" ", 1) for part in row.split("│")[2].split(";"))
