@@ -8,6 +8,7 @@ from blocktable.plugin.classes import (
                                         FREE_ORDERS,
                                         builtin_classes,
                                         declared_free_orders,
+                                        free_order_refusal,
 )
 from blocktable.plugin.contract import (
                                         KEYWORDS,
@@ -40,7 +41,8 @@ from blocktable.plugin.load import (
 from blocktable.plugin.spec import KernelSpec, PluginError
 
 __all__ = [
-    "CLASS_CONTRACTS", "CLASS_KINDS", "FREE_ORDERS", "builtin_classes", "declared_free_orders", "resolve_class",
+    "CLASS_CONTRACTS", "CLASS_KINDS", "FREE_ORDERS", "builtin_classes", "declared_free_orders", "free_order_refusal",
+    "resolve_class",
     "KEYWORDS", "KV_CONTRACTS", "KV_KEYWORDS", "KV_KINDS", "SLOT_MAPPING", "V2_CONTRACTS", "V2_KINDS", "Contract",
     "KVKernels", "KernelSpec", "PluginError", "Plugins", "SlotMappingFn", "V2Plugins", "builtin_kernels",
     "builtin_kv_kernels", "builtin_v2_kernels", "check_signature", "findable", "load", "load_kv",

@@ -89,6 +89,16 @@ def declared_free_orders(cls: Any, spec: str) -> tuple[str, ...]:
     return tuple(orders)
 
 
+def free_order_refusal(cls: Any, name: str, free_order: str) -> str | None:
+    """Why a pool class cannot be built for a world freeing in `free_order` (one it
+    does not declare), or None when it can."""
+    orders = declared_free_orders(cls, name)
+    if free_order in orders:
+        return None
+    return (f"the world frees in the {free_order!r} order (docs/contract.md §6) and the pool class {name} "
+            f"declares free_orders {orders}")
+
+
 def _signature(fn: Any) -> inspect.Signature | None:
     try:
         return inspect.signature(fn)

@@ -42,9 +42,9 @@ def fresh_tokens(state: State, tokens: list[int]) -> int:
         state.event(events.FRESH_HITS_ONLY)
         return 0
     need = reference_prefix.blocks_to_add(seqs, tokens, num_new)
-    found = [pool.first_cached(block_key(s.group, tokens, j, s.tokens_per_block))
-             for s in seqs for j in range(L // s.tokens_per_block)]
-    hits = [b for b in found if b is not None]  # find_prefix found every one of them
+    by_group = [[pool.first_cached(block_key(s.group, tokens, j, s.tokens_per_block))
+                 for j in range(L // s.tokens_per_block)] for s in seqs]
+    hits = [b for group in by_group for b in group if b is not None]  # find_prefix found every one of them
     in_use = [b for b in hits if pool.ref[b] > 0]
     if in_use:
         state.event(events.FRESH_HIT_IN_USE)
@@ -58,19 +58,17 @@ def fresh_tokens(state: State, tokens: list[int]) -> int:
     taken = [b for b in pool.queue if b not in hits][:fresh]
     if any(pool.is_cached(b) and pool.block_key(b) not in hit_keys for b in taken):
         state.event(events.FRESH_EVICTS)
-    if len(seqs) > 1 and _group_by_group_evicts(state, tokens, L, num_new):
+    if len(seqs) > 1 and _group_by_group_evicts(state, by_group, L, num_new):
         state.event(events.FRESH_EVICTS_OTHER_GROUP)
     return num_new
 
 
-def _group_by_group_evicts(state: State, tokens: list[int], L: int, num_new: int) -> bool:
-    """Whether admitting group by group (each group's hits touched, then its fresh
+def _group_by_group_evicts(state: State, hits: list[list[int | None]], L: int, num_new: int) -> bool:
+    """Whether admitting group by group (each group's `hits` touched, then its fresh
     blocks allocated, before the next group's) would take a later group's queued hit
     off the head: the order §8's admission must not follow (vLLM #11565)."""
     seqs, pool = state.reference.seqs, state.reference.pool
     queue = list(pool.queue)
-    hits = [[pool.first_cached(block_key(s.group, tokens, j, s.tokens_per_block))
-             for j in range(L // s.tokens_per_block)] for s in seqs]
     for g, s in enumerate(seqs):
         queue = [b for b in queue if b not in hits[g]]
         fresh = -(-(L + num_new) // s.tokens_per_block) - L // s.tokens_per_block

@@ -22,7 +22,7 @@ import numpy as np
 from blocktable.device import Backend
 from blocktable.groups import MultiGroupBlockTable
 from blocktable.oracle import DeviceCache
-from blocktable.plugin import PluginError, Plugins, declared_free_orders
+from blocktable.plugin import PluginError, Plugins, free_order_refusal
 from blocktable.pool import BlockPool
 from blocktable.properties.classes.pool import DrivenPool
 from blocktable.properties.compare import Discrepancy
@@ -112,11 +112,10 @@ class State:
                       free_order=world.free_order)
         if kernels.pool is None:
             return BlockPool(**config)  # type: ignore[arg-type]
-        orders = declared_free_orders(kernels.pool, kernels.pool.__name__)
-        if world.free_order not in orders:
-            raise PluginError(f"the world frees in the {world.free_order!r} order (docs/contract.md §6) and the "
-                              f"pool class {kernels.pool.__name__} declares free_orders {orders}")
         name = (kernels.classes or {}).get("pool") or kernels.pool.__name__
+        refusal = free_order_refusal(kernels.pool, name, world.free_order)
+        if refusal is not None:
+            raise PluginError(refusal)
         return cast(BlockPool, DrivenPool.build(kernels.pool, name, **config))  # type: ignore[arg-type]
 
     def event(self, label: str) -> None:

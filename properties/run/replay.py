@@ -138,11 +138,10 @@ def replay_child(job: Job, send: Send) -> None:
             return
     case.kv, case.v2, case.classes = kv, v2, classes  # what the report's replay line names
     if kernels is not None and kernels.pool is not None and case.world is not None:
-        orders = plugin.declared_free_orders(kernels.pool, classes.get("pool", "the pool class"))
-        if case.world.free_order not in orders:  # a world this class cannot be built for: the user's choice
-            send(Result("config-error", message=f"the case's world frees in the {case.world.free_order!r} order "
-                                                f"(docs/contract.md §6) and the pool class {classes.get('pool')} "
-                                                f"declares free_orders {orders}"))
+        # A world this class cannot be built for is the user's choice of class, not a finding.
+        refusal = plugin.free_order_refusal(kernels.pool, classes.get("pool", "the pool class"), case.world.free_order)
+        if refusal is not None:
+            send(Result("config-error", message=refusal))
             return
     strict = job.strict_nan or case.strict_nan  # a case found strict replays strict
     if kernels is not None:
