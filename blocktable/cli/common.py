@@ -132,14 +132,18 @@ def normalize_class(kind: str, spec: str) -> str:
 
 
 def add_classes(parser: argparse.ArgumentParser) -> None:
-    """--pool: a class under test in place of ours (docs/contract.md §11)."""
+    """--table, --pool: a class under test in place of ours (docs/contract.md §11)."""
+    parser.add_argument("--table", metavar="ours|MODULE:Class|FILE.py:Class",
+                        help="a V1 multi-group block-table class under test in place of ours and of the slot-mapping "
+                             "kernel, driven through the table protocol (ours: our table through the same protocol; "
+                             "see docs/plugins.md)")
     parser.add_argument("--pool", metavar="ours|MODULE:Class|FILE.py:Class",
                         help="a block-pool class under test in place of ours, driven through the pool protocol "
                              "(ours: our pool through the same protocol; see docs/plugins.md)")
 
 
 def class_specs(args: argparse.Namespace) -> dict[str, str]:
-    """The class plug-ins named (--pool), normalized, by kind."""
+    """The class plug-ins named (--table, --pool), normalized, by kind."""
     return {kind: normalize_class(kind, getattr(args, kind)) for kind in plugin.CLASS_KINDS
             if getattr(args, kind, None) is not None}
 

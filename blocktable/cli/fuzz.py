@@ -33,7 +33,7 @@ from blocktable.cli.common import (
     v2_specs,
 )
 from blocktable.cli.progress import Bars, bars
-from blocktable.plugin import KV_KINDS, V2_KINDS
+from blocktable.plugin import CLASS_KINDS, KV_KINDS, V2_KINDS
 from blocktable.properties.report.report import render
 from blocktable.properties.run import messages, parent
 from blocktable.properties.run.calls import calls_text, never_called
@@ -125,8 +125,14 @@ def _check(args: argparse.Namespace) -> None:
     if args.stateless and named and any(getattr(args, f"v2_{kind}", None) is not None for kind in V2_KINDS):
         raise UsageError(f"--stateless fuzzes the KV kernels or the V2 block-table kernels named, not both in one "
                          f"run: drop {named[0]} or the --v2-* flags")
-    if args.stateless and getattr(args, "pool", None) is not None:
-        raise UsageError("--pool puts a class under the lockstep, which --stateless does not run: drop one of them")
+    for kind in CLASS_KINDS:
+        if args.stateless and getattr(args, kind, None) is not None:
+            raise UsageError(f"--{kind} puts a class under the lockstep, which --stateless does not run: drop one "
+                             f"of them")
+    if getattr(args, "table", None) is not None and args.kernel != "triton":
+        raise UsageError(f"--table puts a table class under test with its own compute_slot_mapping, so the lockstep "
+                         f"calls no slot-mapping kernel: drop --kernel {args.kernel} (or put that kernel in the "
+                         f"class)")
 
 
 def _jobs(args: argparse.Namespace) -> int:
@@ -176,8 +182,10 @@ def _run(args: argparse.Namespace) -> int:
     kv_text = "; ".join([f"kv-{kind} {spec}" for kind, spec in kv.items()]
                         + [f"v2-{kind} {spec}" for kind, spec in v2.items()]
                         + [f"{kind} {spec}" for kind, spec in classes.items()])
-    # What the progress line and the summary name: the kernels under test.
-    shown = kv_text if args.stateless and (kv or v2) else "; ".join(filter(None, [kernel, kv_text]))
+    # What the progress line and the summary name: the kernels under test (a table
+    # class computes its own slot mappings, so with one no slot kernel is).
+    alone = (args.stateless and (kv or v2)) or "table" in classes
+    shown = kv_text if alone else "; ".join(filter(None, [kernel, kv_text]))
     jobs = _jobs(args)
     database = _database(args)
     examples = args.examples if args.examples is not None or args.minutes else profiles.MACHINE_BUDGET[args.profile][0]
@@ -219,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
     _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
     if result.status == "config-error":
         return usage_error("fuzz", result.message)
-    named = {**_under_test(args, kernel, kv, v2), **classes}
+    named = {**_under_test(args, kernel, kv, v2, "table" in classes), **classes}
     _summary(shown, args, latest, result, time.monotonic() - start, workers, named)
     if result.status == "pass" or result.failure is None:
         # A plug-in it never called was not checked: that run cannot pass.
@@ -243,9 +251,10 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_FAIL
 
 
-def _under_test(args: argparse.Namespace, kernel: str, kv: dict[str, str], v2: dict[str, str]) -> dict[str, str]:
+def _under_test(args: argparse.Namespace, kernel: str, kv: dict[str, str], v2: dict[str, str],
+                table: bool = False) -> dict[str, str]:
     """The kernels this mode runs, by kind (run/calls.py): each must be called."""
-    named = {} if args.stateless and (kv or v2) else {"kernel": kernel}
+    named = {} if (args.stateless and (kv or v2)) or table else {"kernel": kernel}
     return {**named, **{f"kv-{kind}": spec for kind, spec in kv.items()},
             **{f"v2-{kind}": spec for kind, spec in v2.items()}}
 

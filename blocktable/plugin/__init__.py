@@ -8,7 +8,9 @@ from blocktable.plugin.classes import (
                                         FREE_ORDERS,
                                         builtin_classes,
                                         declared_free_orders,
+                                        declared_uniform_groups,
                                         free_order_refusal,
+                                        world_refusal,
 )
 from blocktable.plugin.contract import (
                                         KEYWORDS,
@@ -41,7 +43,8 @@ from blocktable.plugin.load import (
 from blocktable.plugin.spec import KernelSpec, PluginError
 
 __all__ = [
-    "CLASS_CONTRACTS", "CLASS_KINDS", "FREE_ORDERS", "builtin_classes", "declared_free_orders", "free_order_refusal",
+    "CLASS_CONTRACTS", "CLASS_KINDS", "FREE_ORDERS", "builtin_classes", "declared_free_orders",
+    "declared_uniform_groups", "free_order_refusal", "world_refusal",
     "resolve_class",
     "KEYWORDS", "KV_CONTRACTS", "KV_KEYWORDS", "KV_KINDS", "SLOT_MAPPING", "V2_CONTRACTS", "V2_KINDS", "Contract",
     "KVKernels", "KernelSpec", "PluginError", "Plugins", "SlotMappingFn", "V2Plugins", "builtin_kernels",

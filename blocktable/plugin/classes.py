@@ -1,8 +1,16 @@
-"""Class plug-ins (docs/contract.md §11): a user's pool class in place of ours, named
-`MODULE:Class` or `FILE.py:Class` (or `ours`), and checked before anything runs:
-its constructor takes the protocol's keywords, every method of the protocol is
-there and takes the arguments the lockstep passes, and it declares the free orders
-(§6) it follows.
+"""Class plug-ins (docs/contract.md §11): a user's table or pool class in place of
+ours, named `MODULE:Class` or `FILE.py:Class` (or `ours`), and checked before
+anything runs: its constructor takes the protocol's keywords, every method of the
+protocol is there and takes the arguments the lockstep passes, and a pool declares
+the free orders (§6) it follows.
+
+    Table(*, max_num_reqs, max_model_len, max_num_batched_tokens, device, block_sizes,
+          kernel_block_sizes, sharded, cp_world_size, cp_rank, cp_interleave)
+        add_row(ids, row)   append_row(ids, row)   clear_row(row)   move_row(src, dst)
+        swap_row(a, b)      commit_block_table(num_reqs)           clear()
+        compute_slot_mapping(num_reqs, query_start_loc, positions)
+        host_rows(g)  counts(g)  device_rows(g)  slot_mapping(g)     (g: a group)
+    uniform_groups = True    (optional: every group sharded with one interleave, as vLLM's V1 class)
 
     Pool(*, num_blocks, null_block, prefix_caching, free_order)
         allocate(n) -> list[int]        free(ids)          touch(ids)
@@ -39,13 +47,24 @@ POOL_CLASS = ClassContract(
     "pool class", ("num_blocks", "null_block", "prefix_caching", "free_order"),
     {"allocate": ("n",), "free": ("ids",), "touch": ("ids",), "cache": ("block", "key"), "lookup": ("key",),
      "reset_prefix_cache": (), "num_free": (), "free_queue": (), "ref": ("block",), "cache_map": ()})
-CLASS_CONTRACTS = {"pool": POOL_CLASS}
-CLASS_KINDS = tuple(CLASS_CONTRACTS)  # --pool
+TABLE_CLASS = ClassContract(
+    "table class", ("max_num_reqs", "max_model_len", "max_num_batched_tokens", "device", "block_sizes",
+                    "kernel_block_sizes", "sharded", "cp_world_size", "cp_rank", "cp_interleave"),
+    {"add_row": ("ids", "row"), "append_row": ("ids", "row"), "clear_row": ("row",), "move_row": ("src", "dst"),
+     "swap_row": ("a", "b"), "commit_block_table": ("num_reqs",), "clear": (),
+     "compute_slot_mapping": ("num_reqs", "query_start_loc", "positions"),
+     "host_rows": ("g",), "counts": ("g",), "device_rows": ("g",), "slot_mapping": ("g",)})
+CLASS_CONTRACTS = {"table": TABLE_CLASS, "pool": POOL_CLASS}
+CLASS_KINDS = tuple(CLASS_CONTRACTS)  # --table, --pool
 
 
 def builtin_classes(kind: str) -> dict[str, Callable[[], Callable]]:
     """Ours, through the same protocol: `ours` (blocktable.classes)."""
     def ours() -> type:
+        if kind == "table":
+            from blocktable.classes.table import Table
+
+            return Table
         from blocktable.classes.pool import Pool
 
         return Pool
@@ -74,6 +93,8 @@ def check_class(cls: Any, spec: str, contract: ClassContract) -> None:
         check_parameters(signature, f"{spec}.{name}", Contract(f"{contract.noun}'s {name}", arguments, ()))
     if contract is POOL_CLASS:
         declared_free_orders(cls, spec)
+    if contract is TABLE_CLASS:
+        declared_uniform_groups(cls, spec)
 
 
 def declared_free_orders(cls: Any, spec: str) -> tuple[str, ...]:
@@ -97,6 +118,41 @@ def free_order_refusal(cls: Any, name: str, free_order: str) -> str | None:
         return None
     return (f"the world frees in the {free_order!r} order (docs/contract.md §6) and the pool class {name} "
             f"declares free_orders {orders}")
+
+
+def declared_uniform_groups(cls: Any, spec: str) -> bool:
+    """Whether a table class asks for worlds whose groups are all sharded with one
+    interleave (its `uniform_groups` attribute; False when it has none)."""
+    uniform = getattr(cls, "uniform_groups", False)
+    if not isinstance(uniform, bool):
+        raise PluginError(f"{spec}.uniform_groups must be True or False, got {uniform!r}")
+    return uniform
+
+
+def uniform_groups_refusal(cls: Any, name: str, groups: list[Any], cp_world_size: int) -> str | None:
+    """Why a table class declaring uniform groups cannot be built for a world of these
+    groups (a replicated group, or two interleaves, under DCP), or None when it can."""
+    if cp_world_size == 1 or not declared_uniform_groups(cls, name):
+        return None
+    if all(g.sharded for g in groups) and len({g.cp_interleave for g in groups}) == 1:
+        return None
+    return (f"the world's groups are not all sharded with one interleave under DCP (docs/contract.md §11) and the "
+            f"table class {name} declares uniform_groups = True")
+
+
+def world_refusal(plugins: Any, world: Any) -> str | None:
+    """Why the class plug-ins of `plugins` (blocktable.plugin.Plugins) cannot be built
+    for `world` (a pool's free order, a table's uniform groups), or None: a world a
+    class cannot be built for is the user's choice of class, not a finding."""
+    names = plugins.classes or {}
+    if plugins.pool is not None:
+        refusal = free_order_refusal(plugins.pool, names.get("pool") or plugins.pool.__name__, world.free_order)
+        if refusal is not None:
+            return refusal
+    if plugins.table is not None:
+        return uniform_groups_refusal(plugins.table, names.get("table") or plugins.table.__name__, world.groups,
+                                      world.cp_world_size)
+    return None
 
 
 def _signature(fn: Any) -> inspect.Signature | None:

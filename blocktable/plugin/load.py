@@ -149,6 +149,7 @@ class Plugins:
     v2: V2Plugins | None = None  # None: the V2 worlds use ours
     pool: type | None = None  # a pool class (docs/contract.md §11) in place of ours; None: ours, directly
     classes: dict[str, str] | None = None  # how each class plug-in was named, by kind
+    table: type | None = None  # a V1 table class (docs/contract.md §11) in place of ours and the slot kernel
 
 
 def load_kv_kernels(specs: dict[str, str] | None = None) -> KVKernels:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from blocktable.properties.classes.method import call_method
 from blocktable.properties.compare import Discrepancy
 
 
@@ -71,15 +72,10 @@ class DrivenPool:
     # -- calls -------------------------------------------------------------------------
 
     def _call(self, method: str, *args: Any) -> Any:
-        """The class's method; ValueError and TypeError pass (a refusal, compared with
-        the reference's), anything else is the class's finding."""
-        try:
-            return getattr(self.inner, method)(*args)
-        except (ValueError, TypeError):
-            raise
-        except Exception as error:
-            raise Discrepancy(f"pool {method}", f"{self.name}.{method}{_args(args)} raised "
-                                                f"{type(error).__name__}: {error}") from error
+        """The class's method (properties/classes/method.py: a refusal passes on, anything
+        else it raises is the class's finding)."""
+        return call_method(f"pool {method}", lambda: f"{self.name}.{method}{_args(args)}",
+                           getattr(self.inner, method), *args)
 
     def _wrong(self, method: str, args: tuple, got: Any, expected: str) -> Discrepancy:
         return Discrepancy(f"pool {method}", f"{self.name}.{method}{_args(args)} returned {got!r}, expected {expected}")

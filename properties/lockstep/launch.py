@@ -23,6 +23,7 @@ from blocktable.checks import data_checks
 from blocktable.device import to_host, upload
 from blocktable.oracle import Reads, poison_value
 from blocktable.plugin import SLOT_MAPPING
+from blocktable.properties.classes.table import ClassSlotCall, DrivenTables
 from blocktable.properties.compare import Discrepancy, Handed, assert_arrays_equal, same_values
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
@@ -86,7 +87,7 @@ def launch_and_check(state: State, qsl: np.ndarray, positions: np.ndarray, value
 
 
 def launch_groups(state: State, qsl: np.ndarray, positions: np.ndarray, values: torch.Tensor,
-                  N: int) -> tuple[list[StagedCall], list[list[tuple[int, int]]]]:
+                  N: int) -> tuple[list[StagedCall | ClassSlotCall], list[list[tuple[int, int]]]]:
     """Every group's kernel calls, then its copy-on-write copies and the writes of the
     step's values through the slot mappings the kernel returned. The writes are not
     checked on their own (a device sync each): every slot is compared with the
@@ -98,7 +99,12 @@ def launch_groups(state: State, qsl: np.ndarray, positions: np.ndarray, values: 
         if ref_pairs != impl_pairs:
             raise Discrepancy("copy-on-write pairs", f"expected {ref_pairs}, got {impl_pairs}", group=g)
         pairs.append(ref_pairs)
-    calls = [slot_calls(state, g, qsl, positions, N, range(lay.world)) for g, lay in enumerate(state.layouts)]
+    calls: list[StagedCall | ClassSlotCall]
+    tables = state.impl.tables
+    if isinstance(tables, DrivenTables):  # the table class computes its own (docs/contract.md §11)
+        calls = list(tables.slot_calls(qsl, positions, N, [lay.world for lay in state.layouts]))
+    else:
+        calls = [slot_calls(state, g, qsl, positions, N, range(lay.world)) for g, lay in enumerate(state.layouts)]
     for g, call in enumerate(calls):
         cache, offset = state.caches[g], state.world.id_offset
         cache.copy_blocks([(s + offset, d + offset) for s, d in pairs[g]], state.layouts[g].kv_block_size)
@@ -106,14 +112,15 @@ def launch_groups(state: State, qsl: np.ndarray, positions: np.ndarray, values: 
     return calls, pairs
 
 
-def check_group(state: State, g: int, call: StagedCall, back: list[np.ndarray], qsl: np.ndarray,
+def check_group(state: State, g: int, call: StagedCall | ClassSlotCall, back: list[np.ndarray], qsl: np.ndarray,
                 positions: np.ndarray, N: int) -> None:
     """Group g's guards and inputs as they were (else: whose call broke them, each
     rank alone), and its slot mappings against the reference."""
     try:
         actual = call.check(back)
     except Discrepancy:
-        for R in range(state.layouts[g].world if state.layouts[g].world > 1 else 0):
+        alone = isinstance(call, StagedCall) and state.layouts[g].world > 1
+        for R in range(state.layouts[g].world if alone else 0):
             slot_calls(state, g, qsl, positions, N, [R]).check()
         raise
     compare_slots(state, g, qsl, positions, N, actual, back[1])

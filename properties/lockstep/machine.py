@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from blocktable.device import Backend
-from blocktable.plugin import Plugins, declared_free_orders
+from blocktable.plugin import Plugins, declared_free_orders, declared_uniform_groups
 from blocktable.properties.lockstep import strategies
 from blocktable.properties.lockstep.driver import Lockstep
 from blocktable.properties.lockstep.prompts import noise, prompt_from
@@ -55,6 +55,8 @@ def make_machine(kernels: Plugins, backend: Backend, worlds: st.SearchStrategy[W
     worlds = worlds if worlds is not None else strategies.worlds()
     if kernels.pool is not None:  # the worlds free in an order the pool class follows
         worlds = worlds.map(functools.partial(strategies.free_order_of, declared_free_orders(kernels.pool, "pool")))
+    if kernels.table is not None and declared_uniform_groups(kernels.table, "table"):
+        worlds = worlds.map(strategies.uniform_groups_of)  # every group sharded, one interleave
     return _machine(kernels, backend, worlds, on_run, recorder if recorder is not None else Recorder())
 
 

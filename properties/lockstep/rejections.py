@@ -24,11 +24,13 @@ class Rejection:
 
 def _row_overflow(state: State, g: int, which: int) -> Calls:
     row = which % state.world.max_num_reqs
-    ref, impl = state.reference.tables[g], state.impl.tables[g]
+    ref = state.reference.tables[g]
     P = state.layouts[g].kernel_blocks_per_block
     n = -(-(ref.width - int(ref.count[row]) + 1) // P)
     ids = state.ids([1 if state.world.null_block else 0] * n)
-    return (lambda: ref.append_row(ids, row), lambda: impl.append_row(ids, row))
+    # Group g's row overflows; the other groups are handed nothing (one call for every group, as §11's tables take it).
+    every = [ids if h == g else [] for h in range(len(state.layouts))]
+    return (lambda: state.reference.tables.append_row(every, row), lambda: state.impl.tables.append_row(every, row))
 
 
 def _double_free(state: State, g: int, which: int) -> Calls | None:

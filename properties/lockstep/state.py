@@ -22,9 +22,10 @@ import numpy as np
 from blocktable.device import Backend
 from blocktable.groups import MultiGroupBlockTable
 from blocktable.oracle import DeviceCache
-from blocktable.plugin import PluginError, Plugins, free_order_refusal
+from blocktable.plugin import PluginError, Plugins, world_refusal
 from blocktable.pool import BlockPool
 from blocktable.properties.classes.pool import DrivenPool
+from blocktable.properties.classes.table import DrivenTables
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.prompts import Prompts
@@ -66,6 +67,9 @@ class State:
 
     def __init__(self, world: WorldConfig, kernels: Plugins, backend: Backend,
                  on_event: Callable[[str], None] | None = None) -> None:
+        refusal = world_refusal(kernels, world)
+        if refusal is not None:
+            raise PluginError(refusal)
         self.world = world
         self.kernels = kernels
         self.backend = backend
@@ -87,11 +91,7 @@ class State:
         pool = self._pool(world, kernels)
         self.impl: Side[BlockPool, SequenceBlocks, MultiGroupBlockTable] = Side(
             pool, [SequenceBlocks(pool, lay.tokens_per_block, group=g) for g, lay in enumerate(self.layouts)],
-            MultiGroupBlockTable([
-                BlockTable(world.max_num_reqs, world.max_model_len, kv_block_size=g.kv_block_size,
-                           kernel_block_size=g.kernel_block_size, sharded=g.sharded,
-                           cp_world_size=world.cp_world_size, cp_interleave=g.cp_interleave, backend=backend)
-                for g in world.groups]))
+            self._tables(world, kernels, backend))
         self.caches = [DeviceCache(world.num_blocks * lay.kv_block_size, slot_base=world.id_offset * lay.kv_block_size,
                                    ranks=lay.world, backend=backend) for lay in self.layouts]
         self.kv: Any = None  # the KV world (lockstep/kv.py), set by the driver in worlds with KV caches
@@ -113,10 +113,21 @@ class State:
         if kernels.pool is None:
             return BlockPool(**config)  # type: ignore[arg-type]
         name = (kernels.classes or {}).get("pool") or kernels.pool.__name__
-        refusal = free_order_refusal(kernels.pool, name, world.free_order)
-        if refusal is not None:
-            raise PluginError(refusal)
         return cast(BlockPool, DrivenPool.build(kernels.pool, name, **config))  # type: ignore[arg-type]
+
+    def _tables(self, world: WorldConfig, kernels: Plugins, backend: Backend) -> MultiGroupBlockTable:
+        """Ours, or the table class under test (docs/contract.md §11), one object per
+        DCP rank, driven through its protocol."""
+        if kernels.table is None:
+            return MultiGroupBlockTable([
+                BlockTable(world.max_num_reqs, world.max_model_len, kv_block_size=g.kv_block_size,
+                           kernel_block_size=g.kernel_block_size, sharded=g.sharded,
+                           cp_world_size=world.cp_world_size, cp_interleave=g.cp_interleave, backend=backend)
+                for g in world.groups])
+        name = (kernels.classes or {}).get("table") or kernels.table.__name__
+        driven = DrivenTables.build(kernels.table, name, world, backend)
+        driven.probe_refusals(self.reference.tables)
+        return cast(MultiGroupBlockTable, driven)
 
     def event(self, label: str) -> None:
         self.events[label] += 1

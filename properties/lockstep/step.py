@@ -101,7 +101,7 @@ def grow(state: State, rid: int, row: int, q: int) -> int:
     if tokens is not None and any(reference.pool.is_cached(b)
                                   for b in reference.pool.queue[:sum(a for a, _ in need)]):
         state.event(events.EVICTED)  # the blocks this growth takes come from the queue's head
-    gained: list[list[int]] = []  # each group's new table ids, for the V2 tables
+    gained: list[list[int]] = []  # each group's new table ids
     copied = False
     for g, (ref, ours) in enumerate(zip(reference.seqs, impl.seqs)):
         r, i = state.both("append", partial(ref.append, rid, q, tokens), partial(ours.append, rid, q, tokens),
@@ -111,22 +111,21 @@ def grow(state: State, rid: int, row: int, q: int) -> int:
                                         f"new blocks {r.new}, got copy {i.cow} and new blocks {i.new}", group=g)
         if r.cow is not None:
             state.event(events.COPY_ON_WRITE)
-            ids = state.ids(ref.blocks[rid])
-            reference.tables[g].add_row(ids, row)
-            impl.tables[g].add_row(ids, row)
-        else:
-            ids = state.ids(r.new)
-            reference.tables[g].append_row(ids, row)
-            impl.tables[g].append_row(ids, row)
-        gained.append(ids if r.cow is None else [])
+        gained.append(state.ids(r.new) if r.cow is None else [])
         copied = copied or r.cow is not None
-        if int(reference.tables[g].count[row]) == reference.tables[g].width:
-            state.event(events.ROW_FILLED)
-    if state.v2 is not None:
-        # One call for every group with one overwrite flag: a copy on write in any
-        # group replaces every group's row with its whole list.
-        if copied:
-            state.v2.stage(rid, [state.ids(seq.blocks[rid]) for seq in reference.seqs], overwrite=True)
-        elif any(gained):
+    # One call for every group, as vLLM's runner makes it (V1 and V2 alike): a copy on
+    # write in any group replaces every group's row with its whole list.
+    if copied:
+        whole = [state.ids(seq.blocks[rid]) for seq in reference.seqs]
+        reference.tables.add_row(whole, row)
+        impl.tables.add_row(whole, row)
+        if state.v2 is not None:
+            state.v2.stage(rid, whole, overwrite=True)
+    elif any(gained):
+        reference.tables.append_row(gained, row)
+        impl.tables.append_row(gained, row)
+        if state.v2 is not None:
             state.v2.stage(rid, gained, overwrite=False)
+    if any(int(t.count[row]) == t.width for t in reference.tables.tables):
+        state.event(events.ROW_FILLED)
     return q

@@ -191,6 +191,18 @@ def free_order_of(orders: tuple[str, ...], world: WorldConfig) -> WorldConfig:
     return world if world.free_order in orders else dataclasses.replace(world, free_order=orders[0])
 
 
+def uniform_groups_of(world: WorldConfig) -> WorldConfig:
+    """`world` for a table class that declares uniform groups (docs/contract.md §11, as
+    vLLM's V1 table, which applies one DCP world and one interleave to every group):
+    under DCP every group sharded, with the largest interleave that divides every
+    group's block size (as the V2 worlds choose theirs)."""
+    if world.cp_world_size == 1:
+        return world
+    I = math.gcd(*(g.kv_block_size for g in world.groups))
+    return dataclasses.replace(world, groups=tuple(dataclasses.replace(g, sharded=True, cp_interleave=I)
+                                                   for g in world.groups))
+
+
 TOKEN_ID_TOP = INT32_MAX - 1  # token ids lie in [0, 2**31 - 1)
 _TOKEN_BASE = st.one_of(st.integers(0, TOKEN_ID_TOP), st.sampled_from([0, TOKEN_ID_TOP]))
 _TOKEN_BIT = st.integers(0, 30)

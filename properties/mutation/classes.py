@@ -1,7 +1,8 @@
-"""The class path's mutants (docs/contract.md §11): bugs of a team's pool class,
-planted in our own pool and run through the class path (`--pool ours`), so that the
-protocol adapter, the driven sequences and every comparison after a step are what
-must catch them. Each imitates a bug such classes have had."""
+"""The class path's mutants (docs/contract.md §11): bugs of a team's pool or table
+class, planted in our own pool or table and run through the class path (`--pool
+ours`, `--table ours`), so that the protocol adapter, the driven sequences and every
+comparison after a step are what must catch them. Each imitates a bug such classes
+have had."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ POOL = "blocktable/pool.py"
 PREFIX = "blocktable/prefix.py"
 PROTOCOL = "blocktable/classes/pool.py"
 OURS = {"pool": "ours"}
+TABLE = "blocktable/table.py"
+TABLE_PROTOCOL = "blocktable/classes/table.py"
+OUR_TABLE = {"table": "ours"}
 
 CLASS_MUTANTS: tuple[Mutant, ...] = (
     Mutant("C01", "classes", POOL,
@@ -51,4 +55,26 @@ CLASS_MUTANTS: tuple[Mutant, ...] = (
            "",
            "a pool class whose touch leaves a revived block in the free queue: it is handed out while in use",
            classes=OURS),
+    Mutant("C09", "classes", TABLE,
+           "        if have + kernel.size > self.width:\n",
+           "        if have + kernel.size > self.width:\n            self.count[r] = self.width\n",
+           "a table class whose row count is corrupted before the overflow error is raised", classes=OUR_TABLE),
+    Mutant("C10", "classes", TABLE,
+           "        if src == dst:\n            return\n",
+           "",
+           "a table class whose move_row(a, a) copies the row onto itself and then clears it", classes=OUR_TABLE),
+    Mutant("C11", "classes", TABLE,
+           "        self.host[[a, b]] = self.host[[b, a]]\n",
+           "        self.host[a], self.host[b] = self.host[b], self.host[a]\n",
+           "a table class that swaps rows through numpy views: both rows end up holding b's", classes=OUR_TABLE),
+    Mutant("C12", "classes", TABLE_PROTOCOL,
+           "            rank = self._rank if table.cp_world_size > 1 else 0\n",
+           "            rank = 0\n",
+           "a table class that never hands its DCP rank to the slot kernel: every rank computes rank 0's slots",
+           classes=OUR_TABLE),
+    Mutant("C13", "classes", TABLE_PROTOCOL,
+           "        self._groups.commit(num_reqs)\n",
+           "        self._groups.commit(num_reqs - 1 if 1 < num_reqs <= self._groups[0].max_num_reqs else num_reqs)\n",
+           "a table class whose commit_block_table leaves the last scheduled row's device copy stale",
+           classes=OUR_TABLE),
 )

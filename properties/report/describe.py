@@ -112,21 +112,26 @@ def case_kernels(case: Case) -> str:
     """What the case ran: its kernel and the KV, V2 and class plug-ins it named."""
     if case.kind == "v2-call":
         return f"v2-{(case.call or {}).get('op')} {case.kernel}"
-    return "; ".join([case.kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items()),
+    kernel = [] if "table" in case.classes else [case.kernel]  # a table class computes its own slot mappings
+    return "; ".join([*kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items()),
                       *(f"v2-{kind} {spec}" for kind, spec in case.v2.items()),
                       *(f"{kind} {spec}" for kind, spec in case.classes.items())])
 
 
 def replay_command(case_path: Any, kernel: str, device_name: str, flags: list[str] | None = None,
-                   flag: str = "--kernel") -> str:
+                   flag: str | None = "--kernel") -> str:
     """The whole command: every plug-in the case ran with is named, so that editing
-    one spec points the replay at a fix."""
-    return " ".join([f"blocktable replay {case_path} {flag} {kernel}", *(flags or []), f"--device {device_name}"])
+    one spec points the replay at a fix. `flag` None: the case ran no kernel of its own."""
+    named = [f"{flag} {kernel}"] if flag else []
+    return " ".join([f"blocktable replay {case_path}", *named, *(flags or []), f"--device {device_name}"])
 
 
-def kernel_flag(case: Case) -> str:
-    """The replay flag that names the case's kernel: a v2-call's is its op's --v2-* flag."""
-    return f"--v2-{(case.call or {}).get('op')}" if case.kind == "v2-call" else "--kernel"
+def kernel_flag(case: Case) -> str | None:
+    """The replay flag that names the case's kernel: a v2-call's is its op's --v2-* flag;
+    None for a case with a table class, which computes its own slot mappings."""
+    if case.kind == "v2-call":
+        return f"--v2-{(case.call or {}).get('op')}"
+    return None if "table" in case.classes else "--kernel"
 
 
 def whole_run_text(whole: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from blocktable.plugin import KV_KINDS, V2_KINDS, Plugins
-from blocktable.plugin.classes import CLASS_KINDS, POOL_CLASS
+from blocktable.plugin.classes import CLASS_CONTRACTS, CLASS_KINDS
 
 _CALLS: Counter[str] = Counter()
 # A double shared with the parent (run/child.py): when the kernel call under way
@@ -58,12 +58,14 @@ def counting(plugins: Plugins) -> Plugins:
     if v2 is not None:
         v2_kernels: dict[str, Any] = {kind: counted(f"v2-{kind}", getattr(v2, kind)) for kind in V2_KINDS}
         v2 = dataclasses.replace(v2, **v2_kernels)
-    pool = plugins.pool
-    if pool is not None:  # every method of the protocol counted (and watched) as "pool"
-        methods = {name: counted("pool", getattr(pool, name)) for name in ("__init__", *POOL_CLASS.methods)}
-        pool = type(pool.__name__, (pool,), {**methods, "__module__": pool.__module__,
-                                              "__qualname__": pool.__qualname__})
-    return dataclasses.replace(plugins, slot=counted("kernel", plugins.slot), kv=kv, v2=v2, pool=pool)
+    classes: dict[str, Any] = {}
+    for kind, contract in CLASS_CONTRACTS.items():
+        cls = getattr(plugins, kind)
+        if cls is not None:  # every method of the protocol counted (and watched) as its kind
+            methods = {name: counted(kind, getattr(cls, name)) for name in ("__init__", *contract.methods)}
+            classes[kind] = type(cls.__name__, (cls,), {**methods, "__module__": cls.__module__,
+                                                        "__qualname__": cls.__qualname__})
+    return dataclasses.replace(plugins, slot=counted("kernel", plugins.slot), kv=kv, v2=v2, **classes)
 
 
 def calls() -> dict[str, int]:

@@ -137,9 +137,9 @@ def replay_child(job: Job, send: Send) -> None:
             send(Result("config-error", message=str(e)))
             return
     case.kv, case.v2, case.classes = kv, v2, classes  # what the report's replay line names
-    if kernels is not None and kernels.pool is not None and case.world is not None:
-        # A world this class cannot be built for is the user's choice of class, not a finding.
-        refusal = plugin.free_order_refusal(kernels.pool, classes.get("pool", "the pool class"), case.world.free_order)
+    if kernels is not None and case.world is not None:
+        # A world a class cannot be built for is the user's choice of class, not a finding.
+        refusal = plugin.world_refusal(kernels, case.world)
         if refusal is not None:
             send(Result("config-error", message=refusal))
             return

@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 
 from blocktable.classes.pool import Pool
+from blocktable.classes.table import Table
 from blocktable.plugin import PluginError, resolve_class
-from blocktable.plugin.classes import POOL_CLASS, check_class
+from blocktable.plugin.classes import POOL_CLASS, TABLE_CLASS, check_class
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool_class.py"
+TABLE_EXAMPLE = EXAMPLE.parent / "table_class.py"
 
 
 def good_class(**changes):
@@ -27,6 +29,31 @@ def test_ours_and_the_example_follow_the_protocol():
     check_class(Pool, "ours", POOL_CLASS)
     assert resolve_class("ours", "pool") is Pool
     assert resolve_class(f"{EXAMPLE}:ListPool", "pool").__name__ == "ListPool"
+    check_class(Table, "ours", TABLE_CLASS)
+    assert resolve_class("ours", "table") is Table
+    assert resolve_class(f"{TABLE_EXAMPLE}:NumpyTable", "table").__name__ == "NumpyTable"
+
+
+def good_table(**changes):
+    """A class with every method of the V1 table protocol, edited by `changes`."""
+    body = {name: (lambda self, *args: None) for name in TABLE_CLASS.methods}
+    body["__init__"] = lambda self, **config: None
+    body.update(changes)
+    return type("PlantedTable", (), {k: v for k, v in body.items() if v is not None})
+
+
+@pytest.mark.parametrize("cls, said", [
+    (good_table(compute_slot_mapping=None), "no method compute_slot_mapping"),
+    (good_table(move_row=lambda self, src: None), "the contract passes 2 (src, dst)"),
+    (good_table(device_rows=lambda self: None), "the contract passes 1 (g)"),
+    (good_table(__init__=lambda self, *, max_num_reqs, max_model_len: None),
+     "missing keyword argument(s) max_num_batched_tokens, device, block_sizes"),
+])
+def test_each_mistake_of_a_table_class_is_named_in_one_line(cls, said):
+    with pytest.raises(PluginError) as error:
+        check_class(cls, "planted.py:PlantedTable", TABLE_CLASS)
+    assert said in str(error.value) and "\n" not in str(error.value)
+    check_class(good_table(), "planted.py:PlantedTable", TABLE_CLASS)  # the unedited class passes
 
 
 @pytest.mark.parametrize("cls, said", [

@@ -39,3 +39,30 @@ def plugin_file(tmp_path):
         return path
 
     return make
+
+
+EXAMPLES = EXAMPLE_PLUGIN.parent
+
+
+@pytest.fixture
+def plant_example(tmp_path):
+    """plant_example("pool_class.py:ListPool", (old, new), ...) -> the spec of a copy of
+    that example (FILE.py:NAME) with each one-line edit planted; `name`: the copy's."""
+
+    def make(example: str, *edits: tuple[str, str], name: str | None = None) -> str:
+        file, _, function = example.partition(":")
+        source = (EXAMPLES / file).read_text()
+        for old, new in edits:
+            assert source.count(old) == 1, old
+            source = source.replace(old, new)
+        path = tmp_path / (name or file)
+        path.write_text(source)
+        return f"{path}:{function}"
+
+    return make
+
+
+@pytest.fixture
+def case_file():
+    """case_file(output) -> the case file a failing run's output names."""
+    return lambda out: Path(out.split("case file: ")[1].split()[0])

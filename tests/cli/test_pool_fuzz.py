@@ -15,6 +15,7 @@ from blocktable.properties.cases.case import load
 pytestmark = pytest.mark.fuzz
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pool_class.py"
+LIST_POOL = "pool_class.py:ListPool"
 # (the one-line edit planted, the seed whose programs find it soon, what the report says)
 PLANTED = {
     # vLLM #42571: a block listed twice in one free is queued twice.
@@ -28,23 +29,8 @@ PLANTED = {
 TAIL_ONLY = ("    free_orders = (\"tail\", \"vllm\")", "    free_orders = (\"tail\",)")
 
 
-def plant(tmp_path, edit=None, name="pool_class.py"):
-    source = EXAMPLE.read_text()
-    if edit is not None:
-        old, new = edit
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    path = tmp_path / name
-    path.write_text(source)
-    return f"{path}:ListPool"
-
-
-def case_of(out):
-    return Path(out.split("case file: ")[1].split()[0])
-
-
-def test_the_example_class_passes_and_is_called(cli, tmp_path):
-    spec = plant(tmp_path)
+def test_the_example_class_passes_and_is_called(cli, plant_example):
+    spec = plant_example(LIST_POOL)
     code, out = cli("fuzz", "--pool", spec, "--device", "cpu", "--examples", "30")
     assert code == 0, out
     assert "no discrepancy found" in out and f"pool {spec}" in out
@@ -58,15 +44,15 @@ def test_ours_through_the_class_path_passes(cli):
 
 
 @pytest.mark.parametrize("bug", PLANTED)
-def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, tmp_path, bug):
+def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, plant_example, case_file, bug):
     edit, seed, said = PLANTED[bug]
-    spec = plant(tmp_path, edit)
+    spec = plant_example(LIST_POOL, edit)
     code, out = cli("fuzz", "--pool", spec, "--device", "cpu", "--examples", "2000", "--seed", str(seed))
     assert code == 1, out
     assert "blocktable found a discrepancy" in out and said in out, out
     assert "confirmed: it fails again when replayed alone in a fresh process" in out
     assert f"--pool {spec}" in out  # the replay line names the class by its flag
-    case = case_of(out)
+    case = case_file(out)
     data = json.loads(case.read_text())
     assert data["kind"] == "lockstep" and data["classes"] == {"pool": "../pool_class.py:ListPool"}
     assert load(case).classes == {"pool": spec} and case.name.startswith("case-pool-class-ListPool-")
@@ -76,7 +62,7 @@ def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, tmp_path, bug)
     code, replayed = cli("replay", str(case), "--pool", f"{EXAMPLE}:ListPool")
     assert code == 0 and "passes now" in replayed, replayed
     if bug == "vLLM order reversed":  # its world frees in vLLM's order: a tail-only class cannot replay it
-        tail_only = plant(tmp_path, TAIL_ONLY, name="tail_only.py")
+        tail_only = plant_example(LIST_POOL, TAIL_ONLY, name="tail_only.py")
         code, replayed = cli("replay", str(case), "--pool", tail_only)
         assert code == 2 and "declares free_orders ('tail',)" in replayed, replayed
         assert len(replayed.strip().splitlines()) == 1, replayed
@@ -96,13 +82,13 @@ def test_a_class_named_wrongly_is_a_one_line_usage_error(cli, args, said):
     assert len(out.strip().splitlines()) == 1, out
 
 
-def test_a_class_that_breaks_the_protocol_is_refused_before_anything_runs(cli, tmp_path):
-    spec = plant(tmp_path, ("    def touch(self, ids):", "    def touch(self):"))
+def test_a_class_that_breaks_the_protocol_is_refused_before_anything_runs(cli, plant_example):
+    spec = plant_example(LIST_POOL, ("    def touch(self, ids):", "    def touch(self):"))
     code, out = cli("fuzz", "--pool", spec, "--device", "cpu", "--examples", "3")
     assert code == 2 and "ListPool.touch" in out and "the contract passes 1 (ids)" in out, out
 
 
-def test_a_tail_only_class_runs_tail_worlds_only(cli, tmp_path):
-    code, out = cli("fuzz", "--pool", plant(tmp_path, TAIL_ONLY), "--device", "cpu", "--examples", "30")
+def test_a_tail_only_class_runs_tail_worlds_only(cli, plant_example):
+    code, out = cli("fuzz", "--pool", plant_example(LIST_POOL, TAIL_ONLY), "--device", "cpu", "--examples", "30")
     assert code == 0, out
     assert "vLLM-order free" not in out and "no discrepancy found" in out, out
