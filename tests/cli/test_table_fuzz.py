@@ -26,6 +26,9 @@ PLANTED = {
     "swap through views": (("            group.host[[a, b]] = group.host[[b, a]]",
                             "            group.host[a], group.host[b] = group.host[b], group.host[a]"),
                            0, "table host rows"),
+    # Only the object of DCP rank 1 wipes a self-moved row: each rank's object is compared.
+    "one rank wipes its self-moved row": (("        if src == dst:\n", "        if src == dst and self.rank == 0:\n"),
+                                          0, "(in the table object built for cp_rank 1)"),
 }
 
 
