@@ -132,20 +132,24 @@ def normalize_class(kind: str, spec: str) -> str:
 
 
 def add_classes(parser: argparse.ArgumentParser) -> None:
-    """--table, --pool: a class under test in place of ours (docs/contract.md §11)."""
+    """--table, --table-v2, --pool: a class under test in place of ours (docs/contract.md §11)."""
     parser.add_argument("--table", metavar="ours|MODULE:Class|FILE.py:Class",
                         help="a V1 multi-group block-table class under test in place of ours and of the slot-mapping "
                              "kernel, driven through the table protocol (ours: our table through the same protocol; "
                              "see docs/plugins.md)")
+    parser.add_argument("--table-v2", metavar="ours|MODULE:Class|FILE.py:Class",
+                        help="a V2 block-table class (vLLM's model runner V2) under test in place of ours and of the "
+                             "V2 kernels, driven through the V2 table protocol in every world (ours: our V2 tables "
+                             "through the same protocol; see docs/plugins.md)")
     parser.add_argument("--pool", metavar="ours|MODULE:Class|FILE.py:Class",
                         help="a block-pool class under test in place of ours, driven through the pool protocol "
                              "(ours: our pool through the same protocol; see docs/plugins.md)")
 
 
 def class_specs(args: argparse.Namespace) -> dict[str, str]:
-    """The class plug-ins named (--table, --pool), normalized, by kind."""
-    return {kind: normalize_class(kind, getattr(args, kind)) for kind in plugin.CLASS_KINDS
-            if getattr(args, kind, None) is not None}
+    """The class plug-ins named (--table, --table-v2, --pool), normalized, by kind."""
+    return {kind: normalize_class(kind, getattr(args, plugin.attribute(kind))) for kind in plugin.CLASS_KINDS
+            if getattr(args, plugin.attribute(kind), None) is not None}
 
 
 def check_folder(path: Path, flag: str) -> None:

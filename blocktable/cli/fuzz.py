@@ -34,6 +34,7 @@ from blocktable.cli.common import (
 )
 from blocktable.cli.progress import Bars, bars
 from blocktable.plugin import CLASS_KINDS, KV_KINDS, V2_KINDS
+from blocktable.plugin.classes import attribute
 from blocktable.properties.report.report import render
 from blocktable.properties.run import messages, parent
 from blocktable.properties.run.calls import calls_text, never_called
@@ -126,13 +127,17 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--stateless fuzzes the KV kernels or the V2 block-table kernels named, not both in one "
                          f"run: drop {named[0]} or the --v2-* flags")
     for kind in CLASS_KINDS:
-        if args.stateless and getattr(args, kind, None) is not None:
+        if args.stateless and getattr(args, attribute(kind), None) is not None:
             raise UsageError(f"--{kind} puts a class under the lockstep, which --stateless does not run: drop one "
                              f"of them")
     if getattr(args, "table", None) is not None and args.kernel != "triton":
         raise UsageError(f"--table puts a table class under test with its own compute_slot_mapping, so the lockstep "
                          f"calls no slot-mapping kernel: drop --kernel {args.kernel} (or put that kernel in the "
                          f"class)")
+    named_v2 = [f"--v2-{kind}" for kind in V2_KINDS if getattr(args, f"v2_{kind}", None) is not None]
+    if getattr(args, "table_v2", None) is not None and named_v2:
+        raise UsageError(f"--table-v2 puts a V2 table class under test with its own kernels, so the lockstep calls "
+                         f"no V2 kernel plug-in: drop {named_v2[0]} (or put that kernel in the class)")
 
 
 def _jobs(args: argparse.Namespace) -> int:

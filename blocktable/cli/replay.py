@@ -103,6 +103,9 @@ def _kernel_and_plugins(args: argparse.Namespace, case: Case) -> tuple[str, Plug
     if family is None:
         if case.kind != "lockstep" and named:
             raise UsageError(f"{named[0]} names a plug-in beside the kernel, and a {case.kind} case calls none")
+        if args.kernel is not None and "table" in {**case.classes, **given["classes"]}:
+            raise UsageError(f"a table class computes its own slot mappings, so the lockstep calls no slot-mapping "
+                             f"kernel: drop --kernel {args.kernel}")
         return normalize_kernel(args.kernel or case.kernel), given
     op = str((case.call or {}).get("op"))
     others = [flag for flag in named if flag != f"--{family}-{op}"]
@@ -166,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
 def _with(kernel: str, case: Case, plugins: Plugins | None) -> str:
     """What the replay ran, as the closing line names it."""
     ran = {family: {**getattr(case, family), **(plugins or {}).get(family, {})} for family in REPLAY_FAMILIES}
-    return "; ".join([kernel, *(f"{label_of(family, kind)} {spec}" for family, specs in ran.items()
-                                for kind, spec in specs.items())])
+    ran_kernel = [] if "table" in ran["classes"] else [kernel]  # a table class computes its own slot mappings
+    return "; ".join([*ran_kernel, *(f"{label_of(family, kind)} {spec}" for family, specs in ran.items()
+                                     for kind, spec in specs.items())])
 
 
 def _text(attempt: Attempt) -> str:

@@ -6,6 +6,7 @@ from blocktable.plugin.classes import (
                                         CLASS_CONTRACTS,
                                         CLASS_KINDS,
                                         FREE_ORDERS,
+                                        attribute,
                                         builtin_classes,
                                         declared_free_orders,
                                         declared_uniform_groups,
@@ -43,7 +44,7 @@ from blocktable.plugin.load import (
 from blocktable.plugin.spec import KernelSpec, PluginError
 
 __all__ = [
-    "CLASS_CONTRACTS", "CLASS_KINDS", "FREE_ORDERS", "builtin_classes", "declared_free_orders",
+    "CLASS_CONTRACTS", "CLASS_KINDS", "FREE_ORDERS", "attribute", "builtin_classes", "declared_free_orders",
     "declared_uniform_groups", "free_order_refusal", "world_refusal",
     "resolve_class",
     "KEYWORDS", "KV_CONTRACTS", "KV_KEYWORDS", "KV_KINDS", "SLOT_MAPPING", "V2_CONTRACTS", "V2_KINDS", "Contract",

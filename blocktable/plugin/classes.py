@@ -12,6 +12,13 @@ the free orders (§6) it follows.
         host_rows(g)  counts(g)  device_rows(g)  slot_mapping(g)     (g: a group)
     uniform_groups = True    (optional: every group sharded with one interleave, as vLLM's V1 class)
 
+    TableV2(*, block_sizes, max_num_reqs, max_num_batched_tokens, max_num_blocks_per_group, device,
+            kernel_block_sizes, cp_size, cp_rank, cp_interleave, dcp_sharded, slot_mapping_enabled)
+        append_block_ids(r, new_block_ids, overwrite)   apply_staged_writes()
+        gather_block_tables(idx_mapping, num_reqs_padded) -> one view per group
+        compute_slot_mappings(idx_mapping, query_start_loc, positions, num_tokens_padded) -> a view
+        host_counts()  device_counts()  persistent_rows(g)  input_table(g)  slot_mappings()
+
     Pool(*, num_blocks, null_block, prefix_caching, free_order)
         allocate(n) -> list[int]        free(ids)          touch(ids)
         cache(block, key)               lookup(key) -> int | None
@@ -54,8 +61,22 @@ TABLE_CLASS = ClassContract(
      "swap_row": ("a", "b"), "commit_block_table": ("num_reqs",), "clear": (),
      "compute_slot_mapping": ("num_reqs", "query_start_loc", "positions"),
      "host_rows": ("g",), "counts": ("g",), "device_rows": ("g",), "slot_mapping": ("g",)})
-CLASS_CONTRACTS = {"table": TABLE_CLASS, "pool": POOL_CLASS}
-CLASS_KINDS = tuple(CLASS_CONTRACTS)  # --table, --pool
+TABLE_V2_CLASS = ClassContract(
+    "V2 table class", ("block_sizes", "max_num_reqs", "max_num_batched_tokens", "max_num_blocks_per_group", "device",
+                       "kernel_block_sizes", "cp_size", "cp_rank", "cp_interleave", "dcp_sharded",
+                       "slot_mapping_enabled"),
+    {"append_block_ids": ("r", "new_block_ids", "overwrite"), "apply_staged_writes": (),
+     "gather_block_tables": ("idx_mapping", "num_reqs_padded"),
+     "compute_slot_mappings": ("idx_mapping", "query_start_loc", "positions", "num_tokens_padded"),
+     "host_counts": (), "device_counts": (), "persistent_rows": ("g",), "input_table": ("g",),
+     "slot_mappings": ()})
+CLASS_CONTRACTS = {"table": TABLE_CLASS, "table-v2": TABLE_V2_CLASS, "pool": POOL_CLASS}
+CLASS_KINDS = tuple(CLASS_CONTRACTS)  # --table, --table-v2, --pool
+
+
+def attribute(kind: str) -> str:
+    """Where Plugins (and argparse) keep a class kind: `table-v2` -> `table_v2`."""
+    return kind.replace("-", "_")
 
 
 def builtin_classes(kind: str) -> dict[str, Callable[[], Callable]]:
@@ -65,6 +86,10 @@ def builtin_classes(kind: str) -> dict[str, Callable[[], Callable]]:
             from blocktable.classes.table import Table
 
             return Table
+        if kind == "table-v2":
+            from blocktable.classes.table_v2 import TableV2
+
+            return TableV2
         from blocktable.classes.pool import Pool
 
         return Pool

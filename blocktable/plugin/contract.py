@@ -96,8 +96,11 @@ def check_parameters(sig: inspect.Signature | None, spec: str, contract: Contrac
     if not any(p.kind is kind.VAR_KEYWORD for p in params):
         missing = [k for k in contract.keywords if k not in sig.parameters]
         if missing:
+            # A name the contract does not pass is most often the user's spelling of a missing one.
+            extra = [p.name for p in params if p.kind is kind.KEYWORD_ONLY and p.name not in contract.keywords]
+            instead = f" (it takes {', '.join(extra)}, which the contract does not pass)" if extra else ""
             raise PluginError(f"{spec} does not follow the plug-in contract: missing keyword "
-                              f"argument(s) {', '.join(missing)}")
+                              f"argument(s) {', '.join(missing)}{instead}")
     positional = [p for p in params if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)
                   and p.name not in contract.keywords]
     wanted = len(contract.positional)

@@ -150,6 +150,7 @@ class Plugins:
     pool: type | None = None  # a pool class (docs/contract.md §11) in place of ours; None: ours, directly
     classes: dict[str, str] | None = None  # how each class plug-in was named, by kind
     table: type | None = None  # a V1 table class (docs/contract.md §11) in place of ours and the slot kernel
+    table_v2: type | None = None  # a V2 table class (docs/contract.md §11) in place of ours and the V2 kernels
 
 
 def load_kv_kernels(specs: dict[str, str] | None = None) -> KVKernels:

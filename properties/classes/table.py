@@ -67,14 +67,18 @@ class DrivenTables:
         return self.tables[group]
 
     def probe_refusals(self, reference: Any) -> None:
-        """The row indices a program never passes (past the last row, negative) and a
-        commit past max_num_reqs, on new objects: each call must raise ValueError and
+        """The row indices a program never passes (past the last row, negative: each
+        argument of each row operation) and commit counts out of [0, max_num_reqs], on
+        new objects: each call must raise ValueError and
         leave every accessor as the reference's new table holds it (all zeros). A
         table indexing numpy with a negative row would write the last row instead."""
         n = self.max_num_reqs
         none: tuple[list[int], ...] = tuple([] for _ in self.tables)
-        bad = [("add_row", (none, n)), ("append_row", (none, -1)), ("clear_row", (n,)), ("move_row", (0, n)),
-               ("swap_row", (-1, 0)), ("commit_block_table", (n + 1,))]
+        bad = [("add_row", (none, n)), ("add_row", (none, -1)), ("append_row", (none, n)), ("append_row", (none, -1)),
+               ("clear_row", (n,)), ("clear_row", (-1,)), ("move_row", (0, n)), ("move_row", (n, 0)),
+               ("move_row", (-1, 0)), ("move_row", (0, -1)), ("swap_row", (0, n)), ("swap_row", (n, 0)),
+               ("swap_row", (-1, 0)), ("swap_row", (0, -1)), ("commit_block_table", (n + 1,)),
+               ("commit_block_table", (-1,))]
         for method, args in bad:
             for R in range(len(self.objects)):
                 try:
@@ -162,7 +166,7 @@ class DrivenTables:
         if not (isinstance(got, torch.Tensor) and got.dtype == torch.int64 and tuple(got.shape) == (self.max_tokens,)
                 and got.device == self.device):
             raise Discrepancy("table slot_mapping", f"{self._named(R, 'slot_mapping', (g,))} returned "
-                                                    f"{_described(got)}, expected an int64 tensor of shape "
+                                                    f"{described(got)}, expected an int64 tensor of shape "
                                                     f"({self.max_tokens},) on {self.device}", group=g)
         return got
 
@@ -177,7 +181,7 @@ class GroupView:
     def _checked(self, method: str, ok: bool, got: Any, expected: str) -> Any:
         if not ok:
             raise Discrepancy(f"table {method}", f"{self.driven._named(self.R, method, (self.g,))} returned "
-                                                 f"{_described(got)}, expected {expected}", group=self.g)
+                                                 f"{described(got)}, expected {expected}", group=self.g)
         return got
 
     @property
@@ -259,9 +263,9 @@ def _lists(ids_per_group: Sequence[Sequence[int]]) -> tuple[list[int], ...]:
     return tuple([int(b) for b in ids] for ids in ids_per_group)
 
 
-def _described(got: Any) -> str:
+def described(got: Any) -> str:
     if isinstance(got, torch.Tensor):
         return f"a {got.dtype} tensor of shape {tuple(got.shape)} on {got.device}"
     if isinstance(got, np.ndarray):
-        return f"a {got.dtype} array of shape {got.shape}"
+        return f"a numpy {got.dtype} array of shape {got.shape}"
     return f"{type(got).__name__} {got!r}"[:120]

@@ -57,6 +57,8 @@ def make_machine(kernels: Plugins, backend: Backend, worlds: st.SearchStrategy[W
         worlds = worlds.map(functools.partial(strategies.free_order_of, declared_free_orders(kernels.pool, "pool")))
     if kernels.table is not None and declared_uniform_groups(kernels.table, "table"):
         worlds = worlds.map(strategies.uniform_groups_of)  # every group sharded, one interleave
+    if kernels.table_v2 is not None:
+        worlds = worlds.map(strategies.with_v2_tables)
     return _machine(kernels, backend, worlds, on_run, recorder if recorder is not None else Recorder())
 
 

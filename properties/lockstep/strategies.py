@@ -171,10 +171,7 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     v2 = None
     if draw(_V2) == 0 and os.environ.get(V2_WORLDS_VARIABLE, "1") != "0":
         v2 = V2Config(tuple(draw(_SLOTS_OFF) != 0 for _ in groups) if len(groups) > 1 else ())
-        sharded = [g for g in groups if g.sharded and W > 1]
-        if sharded:
-            I = math.gcd(*(g.kv_block_size for g in sharded))
-            groups = tuple(dataclasses.replace(g, cp_interleave=I) if g.sharded else g for g in groups)
+        groups = _one_interleave(groups, W)
     # Every kind of world frees in either order (vLLM's since #51482 reuses a freed
     # uncached block first), drawn last like the V2 tables.
     free_order = draw(_FREE_ORDER)
@@ -191,14 +188,34 @@ def free_order_of(orders: tuple[str, ...], world: WorldConfig) -> WorldConfig:
     return world if world.free_order in orders else dataclasses.replace(world, free_order=orders[0])
 
 
+def _one_interleave(groups: tuple[GroupConfig, ...], W: int) -> tuple[GroupConfig, ...]:
+    """§10's one interleave for every group: under DCP the sharded groups take the
+    largest that divides every one's block size."""
+    sharded = [g for g in groups if g.sharded and W > 1]
+    if not sharded:
+        return groups
+    I = math.gcd(*(g.kv_block_size for g in sharded))
+    return tuple(dataclasses.replace(g, cp_interleave=I) if g.sharded else g for g in groups)
+
+
+def with_v2_tables(world: WorldConfig) -> WorldConfig:
+    """`world` keeping V2 block tables (every group's slot mapping on), for a V2 table
+    class under test (docs/contract.md §11): every world drives it."""
+    if world.v2 is not None:
+        return world
+    return dataclasses.replace(world, v2=V2Config(), groups=_one_interleave(world.groups, world.cp_world_size))
+
+
 def uniform_groups_of(world: WorldConfig) -> WorldConfig:
     """`world` for a table class that declares uniform groups (docs/contract.md §11, as
     vLLM's V1 table, which applies one DCP world and one interleave to every group):
-    under DCP every group sharded, with the largest interleave that divides every
-    group's block size (as the V2 worlds choose theirs)."""
+    under DCP every group sharded, with the interleave the first sharded group drew
+    (else 1), made to divide every group's block size (the gcd), so that a world of
+    one group keeps its drawn interleave."""
     if world.cp_world_size == 1:
         return world
-    I = math.gcd(*(g.kv_block_size for g in world.groups))
+    drawn = next((g.cp_interleave for g in world.groups if g.sharded), 1)
+    I = math.gcd(drawn, *(g.kv_block_size for g in world.groups))
     return dataclasses.replace(world, groups=tuple(dataclasses.replace(g, sharded=True, cp_interleave=I)
                                                    for g in world.groups))
 

@@ -1,6 +1,6 @@
 """The class path's mutants (docs/contract.md §11): bugs of a team's pool or table
-class, planted in our own pool or table and run through the class path (`--pool
-ours`, `--table ours`), so that the protocol adapter, the driven sequences and every
+class, planted in our own pool or tables and run through the class path (`--pool
+ours`, `--table ours`, `--table-v2 ours`), so that the protocol adapter, the driven sequences and every
 comparison after a step are what must catch them. Each imitates a bug such classes
 have had."""
 
@@ -15,6 +15,8 @@ OURS = {"pool": "ours"}
 TABLE = "blocktable/table.py"
 TABLE_PROTOCOL = "blocktable/classes/table.py"
 OUR_TABLE = {"table": "ours"}
+V2_PROTOCOL = "blocktable/classes/table_v2.py"
+OUR_V2 = {"table-v2": "ours"}
 
 CLASS_MUTANTS: tuple[Mutant, ...] = (
     Mutant("C01", "classes", POOL,
@@ -77,4 +79,14 @@ CLASS_MUTANTS: tuple[Mutant, ...] = (
            "        self._groups.commit(num_reqs - 1 if 1 < num_reqs <= self._groups[0].max_num_reqs else num_reqs)\n",
            "a table class whose commit_block_table leaves the last scheduled row's device copy stale",
            classes=OUR_TABLE),
+    Mutant("C14", "classes", V2_PROTOCOL,
+           "        self._tables.append_block_ids(r, new_block_ids, overwrite)\n",
+           "        self._tables.append_block_ids(r, new_block_ids, False)\n",
+           "a V2 table class that drops the overwrite flag: a replaced row's blocks are appended after the old ones",
+           classes=OUR_V2),
+    Mutant("C15", "classes", V2_PROTOCOL,
+           "        return self._tables.gather_block_tables(idx_mapping, num_reqs_padded)\n",
+           "        return tuple(t.clone() for t in self._tables.gather_block_tables(idx_mapping, num_reqs_padded))\n",
+           "a V2 table class whose gather returns copies, not the persistent input tables a captured graph reads",
+           classes=OUR_V2),
 )

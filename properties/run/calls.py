@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from blocktable.plugin import KV_KINDS, V2_KINDS, Plugins
-from blocktable.plugin.classes import CLASS_CONTRACTS, CLASS_KINDS
+from blocktable.plugin.classes import CLASS_CONTRACTS, CLASS_KINDS, attribute
 
 _CALLS: Counter[str] = Counter()
 # A double shared with the parent (run/child.py): when the kernel call under way
@@ -60,10 +60,10 @@ def counting(plugins: Plugins) -> Plugins:
         v2 = dataclasses.replace(v2, **v2_kernels)
     classes: dict[str, Any] = {}
     for kind, contract in CLASS_CONTRACTS.items():
-        cls = getattr(plugins, kind)
+        cls = getattr(plugins, attribute(kind))
         if cls is not None:  # every method of the protocol counted (and watched) as its kind
             methods = {name: counted(kind, getattr(cls, name)) for name in ("__init__", *contract.methods)}
-            classes[kind] = type(cls.__name__, (cls,), {**methods, "__module__": cls.__module__,
+            classes[attribute(kind)] = type(cls.__name__, (cls,), {**methods, "__module__": cls.__module__,
                                                         "__qualname__": cls.__qualname__})
     return dataclasses.replace(plugins, slot=counted("kernel", plugins.slot), kv=kv, v2=v2, **classes)
 

@@ -50,11 +50,12 @@ def plugins_for(slot: str | SlotMappingFn, kv: dict[str, str], backend: device.B
     kernels = plugin.load_kv_kernels({kind: kv.get(kind) or ours for kind in plugin.KV_KINDS})
     v2_kernels = plugin.load_v2_kernels(v2, os.environ.get(V2_KERNELS_VARIABLE, interpreted))
     named = dict(classes or {})
-    pool, table = (plugin.resolve_class(named[kind], kind) if named.get(kind) else None for kind in ("pool", "table"))
-    if isinstance(slot, str):
-        return Plugins(plugin.load(slot, harness_kernels()), kernels, slot, strict_nan, v2_kernels, pool, named,
-                       table)
-    return Plugins(slot, kernels, getattr(slot, "__name__", "kernel"), strict_nan, v2_kernels, pool, named, table)
+    pool, table, table_v2 = (plugin.resolve_class(named[kind], kind) if named.get(kind) else None
+                             for kind in ("pool", "table", "table-v2"))
+    fn, name = (plugin.load(slot, harness_kernels()), slot) if isinstance(slot, str) else \
+        (slot, getattr(slot, "__name__", "kernel"))
+    return Plugins(fn, kernels, name, strict_nan, v2_kernels, pool=pool, classes=named, table=table,
+                   table_v2=table_v2)
 
 
 def config_error(send: Send, error: plugin.PluginError) -> None:

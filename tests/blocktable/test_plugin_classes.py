@@ -82,3 +82,15 @@ def test_a_spec_naming_no_class_is_refused(tmp_path):
         resolve_class(f"{path}:pool", "pool")
     with pytest.raises(PluginError, match="unknown pool class 'mine'"):
         resolve_class("mine", "pool")
+
+
+def test_a_keyword_spelled_another_way_is_named_beside_the_missing_one():
+    def init(self, *, max_num_reqs, max_model_len, max_num_batched_tokens, device, block_sizes, kernel_block_sizes,
+             sharded, cp_world_size, cp_rank, cp_kv_cache_interleave_size):  # vLLM's name for cp_interleave
+        pass
+
+    with pytest.raises(PluginError) as error:
+        check_class(good_table(__init__=init), "planted.py:PlantedTable", TABLE_CLASS)
+    said = str(error.value)
+    assert "missing keyword argument(s) cp_interleave" in said
+    assert "(it takes cp_kv_cache_interleave_size, which the contract does not pass)" in said

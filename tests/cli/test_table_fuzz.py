@@ -64,7 +64,9 @@ def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, plant_example,
     code, replayed = cli("replay", str(case))
     assert code == 1 and said in replayed, replayed
     code, replayed = cli("replay", str(case), "--table", f"{EXAMPLE}:NumpyTable")
-    assert code == 0 and "passes now" in replayed, replayed
+    assert code == 0 and f"passes now with table {EXAMPLE}:NumpyTable" in replayed, replayed  # no kernel named
+    code, replayed = cli("replay", str(case), "--kernel", "triton-per-request")
+    assert code == 2 and "drop --kernel triton-per-request" in replayed, replayed
     shutil.copyfile(EXAMPLE, spec.rpartition(":")[0])  # the fix, in the recorded file
     code, replayed = cli("replay", str(case))
     assert code == 0, replayed

@@ -4,6 +4,7 @@ and a wrong answer, an exception that is not a refusal, or ranks that disagree i
 the class's finding, named by the method, never a crash of the harness."""
 
 import importlib.util
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -66,7 +67,7 @@ def test_a_refusal_passes_as_the_plain_type_for_comparison(backend):
     (dict(move_row=lambda self, src, dst: 1 / 0), lambda t: t.move_row(0, 1),
      "table move_row: Edited.move_row(0, 1) (the object for cp_rank 0) raised ZeroDivisionError"),
     (dict(host_rows=lambda self, g: self.groups[g].host.astype(np.int64)), lambda t: t[0].host,
-     "Edited.host_rows(0) (the object for cp_rank 0) returned a int64 array"),
+     "Edited.host_rows(0) (the object for cp_rank 0) returned a numpy int64 array"),
     (dict(counts=lambda self, g: "none"), lambda t: t[1].count, "counts(1)"),
     (dict(device_rows=lambda self, g: self.groups[g].device.clone()), lambda t: t[0].pad_for_cuda_graph(1, 2),
      "device_rows must return that buffer"),
@@ -116,7 +117,9 @@ def test_rows_out_of_range_are_probed_on_a_new_table(backend):
                                 [GroupLayout(2, 1, True, 2, 1), GroupLayout(1, 1, False, 1, 1)])
     driven(backend).probe_refusals(reference)  # the example refuses each
 
-    def wraps(self, ids, row):  # numpy's negative index: row -1 is the last row
+    def wraps(self, ids, row):  # checks the upper end only; numpy's negative index: row -1 is the last row
+        if row >= self.max_num_reqs:
+            raise ValueError(f"row {row} is out of range")
         for group, k in zip(self.groups, self._per_group(ids)):
             group.host[row, :len(k)] = k
 
@@ -149,7 +152,9 @@ def test_a_class_declaring_uniform_groups_gets_them_and_says_why_not():
     mixed = WorldConfig(groups=(GroupConfig(4, 2, True, 2), GroupConfig(6, 6, False), GroupConfig(2, 1, True, 1)),
                         cp_world_size=2)
     uniform = uniform_groups_of(mixed)
-    assert [(g.sharded, g.cp_interleave) for g in uniform.groups] == [(True, 2)] * 3  # gcd(4, 6, 2)
+    assert [(g.sharded, g.cp_interleave) for g in uniform.groups] == [(True, 2)] * 3  # gcd(2, 4, 6, 2)
+    one = replace(mixed, groups=(GroupConfig(16, 16, True, 1),))
+    assert uniform_groups_of(one) == one  # a world of one group keeps the interleave it drew (vLLM's default 1)
     assert [(g.kv_block_size, g.kernel_block_size) for g in uniform.groups] == [(4, 2), (6, 6), (2, 1)]
     alone = replace(mixed, cp_world_size=1)
     assert uniform_groups_of(alone) == alone  # without DCP, nothing to make uniform
@@ -162,3 +167,21 @@ def test_a_class_declaring_uniform_groups_gets_them_and_says_why_not():
     assert world_refusal(replace(plugins, table=example()), mixed) is None  # the example takes any world
     with pytest.raises(PluginError, match="uniform_groups must be True or False"):
         check_class(type("Bad", (example(),), {"uniform_groups": "yes"}), "bad.py:Bad", TABLE_CLASS)
+
+
+@pytest.mark.parametrize("method, bad", [("clear_row", (-1,)), ("move_row", (-1, 0)), ("move_row", (0, -1)),
+                                         ("swap_row", (0, -1)), ("add_row", (([], []), -1))])
+def test_each_argument_of_each_row_operation_is_probed(backend, method, bad):
+    from blocktable.reference import GroupLayout
+    from blocktable.reference import MultiGroupBlockTable as ReferenceGroups
+
+    reference = ReferenceGroups(WORLD.max_num_reqs, WORLD.max_model_len,
+                                [GroupLayout(2, 1, True, 2, 1), GroupLayout(1, 1, False, 1, 1)])
+    original = getattr(example(), method)
+
+    def lax(self, *args):  # accepts this one call out of range (numpy's rows[-1] would), refuses the rest
+        return None if args == bad else original(self, *args)
+
+    shown = ", ".join(map(repr, bad))
+    with pytest.raises(Discrepancy, match=rf"Edited\.{method}\({re.escape(shown)}\).*was accepted"):
+        driven(backend, **{method: lax}).probe_refusals(reference)
