@@ -1,6 +1,9 @@
 """Our V2 block tables (blocktable/v2.py) through docs/contract.md §11's V2 table
 protocol: §10's operations as methods, and accessors for each part of §10.1's state.
-One object per DCP rank, as vLLM's model runner V2 keeps one per rank's worker."""
+One object per DCP rank, as vLLM's model runner V2 keeps one per rank's worker.
+
+Under the Triton interpreter it runs our torch-native kernels, as the lockstep's
+direct path does there: the interpreted Triton ones cost seconds a step."""
 
 from __future__ import annotations
 
@@ -10,7 +13,8 @@ import numpy as np
 import torch
 
 from blocktable.device import current
-from blocktable.v2 import BlockTables
+from blocktable.v2 import TRITON_KERNELS, BlockTables
+from blocktable.v2_torch import TORCH_KERNELS
 
 
 class TableV2:
@@ -21,9 +25,10 @@ class TableV2:
         backend = current()
         if torch.device(device) != backend.device:
             raise ValueError(f"this process runs its kernels on {backend.device}, not {device}")
+        kernels = TORCH_KERNELS if backend.interpreted else TRITON_KERNELS
         self._tables = BlockTables(block_sizes, max_num_reqs, max_num_batched_tokens, max_num_blocks_per_group,
                                    kernel_block_sizes, cp_size, cp_rank, cp_interleave, dcp_sharded,
-                                   slot_mapping_enabled, backend=backend)
+                                   slot_mapping_enabled, backend=backend, kernels=kernels)
 
     # -- §10.3 to §10.7 ---------------------------------------------------------------------
 
