@@ -10,18 +10,50 @@ import pytest
 
 pytestmark = pytest.mark.fuzz
 
+EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "numpy_slot_mapping.py"
 BUG = ("ok = mine & (column < width)", "ok = mine & (column < width) & (p % 5 != 4)")
 
 
-def failing_case(cli, plugin_file) -> tuple[Path, Path]:
-    kernel = plugin_file(*BUG)
-    code, out = cli("fuzz", "--kernel", f"{kernel}:slot_mapping", "--examples", "100", "--seed", "2")
-    assert code == 1, out
-    return kernel, Path(out.split("case file: ")[1].split()[0])
+@pytest.fixture(scope="module")
+def found(tmp_path_factory) -> Path:
+    """One fuzzing run that finds BUG, shared by the tests of this module (each used to
+    run the same one): a folder with the buggy kernel.py and the case under
+    blocktable-cases/, which names the kernel by a path relative to itself."""
+    import contextlib
+    import io
+    import os
+
+    from blocktable.cli.main import main
+
+    folder = tmp_path_factory.mktemp("found")
+    source = EXAMPLE_PLUGIN.read_text()
+    assert source.count(BUG[0]) == 1
+    (folder / "kernel.py").write_text(source.replace(*BUG))
+    out, here = io.StringIO(), Path.cwd()
+    os.chdir(folder)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = main(["fuzz", "--kernel", f"{folder / 'kernel.py'}:slot_mapping", "--examples", "100", "--seed",
+                         "2"])
+    finally:
+        os.chdir(here)
+    assert code == 1, out.getvalue()
+    case = folder / out.getvalue().split("case file: ")[1].split()[0]
+    assert case.parent.name == "blocktable-cases" and len(list(case.parent.glob("case-*.json"))) == 1
+    return folder
 
 
-def test_replay_is_deterministic_and_follows_the_fix(cli, plugin_file):
-    kernel, case = failing_case(cli, plugin_file)
+def failing_case(found: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """This test's own copy of the kernel and its case (a test may fix the kernel)."""
+    import shutil
+
+    shutil.copyfile(found / "kernel.py", tmp_path / "kernel.py")
+    shutil.copytree(found / "blocktable-cases", tmp_path / "blocktable-cases")
+    return tmp_path / "kernel.py", next((tmp_path / "blocktable-cases").glob("case-*.json"))
+
+
+def test_replay_is_deterministic_and_follows_the_fix(cli, found, tmp_path):
+    kernel, case = failing_case(found, tmp_path)
     code1, first = cli("replay", str(case))
     code2, second = cli("replay", str(case))
     assert code1 == code2 == 1 and first == second
@@ -30,8 +62,8 @@ def test_replay_is_deterministic_and_follows_the_fix(cli, plugin_file):
     assert code == 0 and "passes now" in out
 
 
-def test_emitted_regression_test_fails_before_the_fix_and_passes_after(cli, plugin_file, tmp_path):
-    kernel, case = failing_case(cli, plugin_file)
+def test_emitted_regression_test_fails_before_the_fix_and_passes_after(cli, found, tmp_path):
+    kernel, case = failing_case(found, tmp_path)
     code, out = cli("replay", str(case), "--emit-test", "regressions")
     assert code == 1 and "wrote regressions/test_" in out
     folder = tmp_path / "regressions"
@@ -43,8 +75,8 @@ def test_emitted_regression_test_fails_before_the_fix_and_passes_after(cli, plug
     assert after.returncode == 0, after.stdout
 
 
-def test_verbose_replay_prints_every_step(cli, plugin_file, monkeypatch):
-    _, case = failing_case(cli, plugin_file)
+def test_verbose_replay_prints_every_step(cli, found, tmp_path, monkeypatch):
+    _, case = failing_case(found, tmp_path)
     monkeypatch.setenv("BLOCKTABLE_VERBOSE", "1")
     code, out = cli("replay", str(case))
     steps = json.loads(case.read_text())["program"]
@@ -70,13 +102,13 @@ def test_a_missing_case_file_exits_2(cli):
     assert code == 2 and "does not exist" in out
 
 
-def test_triage_verdicts_compare_the_compiled_failure_with_an_interpreter_replay(cli, plugin_file):
+def test_triage_verdicts_compare_the_compiled_failure_with_an_interpreter_replay(found, tmp_path):
     """interpreter_verdict replays the case on the interpreter; the compiled side is
     simulated here (no GPU), once agreeing with it, once not, once passing."""
     from blocktable.properties.run.confirm import interpreter_verdict, replay_attempt
     from blocktable.properties.run.messages import Failure
 
-    kernel, case = failing_case(cli, plugin_file)
+    kernel, case = failing_case(found, tmp_path)
     attempt = replay_attempt(str(kernel) + ":slot_mapping", "cpu", case)  # the interpreter's failure, as fields
     assert attempt.result is not None and attempt.result.failure is not None and attempt.result.failure.first
     step = attempt.result.failure.step

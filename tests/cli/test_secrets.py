@@ -191,10 +191,11 @@ def server(tmp_path) -> Iterator[str]:
 
 def _fuzz(tmp_path: Path, url: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     (tmp_path / "kernel.py").write_text(EXAMPLE.read_text().replace(LINE, BUG))
-    # 200 examples: seed 2 finds the planted bug well within them (within 30 it did
-    # before the V2 worlds changed the draws).
+    # 200 examples: seed 3 finds the planted bug at its third program (seed 2, used
+    # before, at its twentieth): what is checked is where the password goes once a bug
+    # is found, saved and written as a case, not how long the search takes.
     command = [sys.executable, "-m", "blocktable.cli.main", "fuzz", "--kernel", "kernel.py:slot_mapping",
-               "--device", "cpu", "--examples", "200", "--seed", "2", "--database", url, "--out", "cases"]
+               "--device", "cpu", "--examples", "200", "--seed", "3", "--database", url, "--out", "cases"]
     return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600,
                           env={**os.environ, **(env or {})})
 

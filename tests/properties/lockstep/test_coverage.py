@@ -25,10 +25,15 @@ CHUNKS, PREFIX_CHUNKS, PER_CHUNK = 10, 5, 40
 
 def test_every_label_is_reached_within_the_bound(backend):
     """Reach is a property of the generators, not of the kernel: the reference
-    stands in for it, so that the bound can be generous and the test cheap."""
+    stands in for it, so that the bound can be generous and the test cheap. The
+    chunks run in order until every label is reached: the set reached only grows,
+    so the chunks after that could not change the verdict (the seeded draws reach
+    them all by the sixth chunk of fifteen)."""
     runs = []
     prefix_worlds = strategies.worlds().filter(lambda world: world.prefix_caching)
     for chunk in range(CHUNKS + PREFIX_CHUNKS):
+        if not [label for label in LABELS if label not in {seen for run in runs for seen in run.events}]:
+            break
         machine = make_machine(plugins_for("reference", {}, backend), backend,
                                worlds=prefix_worlds if chunk >= CHUNKS else None, on_run=runs.append)
         seed(1000 + chunk)(machine)

@@ -76,3 +76,22 @@ def test_a_simpler_argument_that_moves_the_crash_earlier_is_not_taken_there():
     program = [{"op": "x", "n": 2}, {"op": "y", "n": 4}]
     got = simplify_arguments(program, crashes, lambda: False)
     assert got == [{"op": "x", "n": 1}, {"op": "y", "n": 0}]  # x = 0 would crash at step 1
+
+
+def test_a_list_whose_values_the_crash_ignores_is_zeroed_in_one_replay():
+    """A prompt's token ids do not matter to this crash: they all go to 0 at once, not
+    one replay (and, each crashing, one fresh process) per element; the query, which
+    does matter, still goes element by element."""
+    tried = []
+
+    def crashes(program):
+        tried.append(program)
+        for i, step in enumerate(program):
+            if step["op"] == "step" and step["query"][1] >= 3:
+                return program[:i + 1]
+        return None
+
+    program = [{"op": "add", "prompt": list(range(1, 21))}, {"op": "step", "query": [17, 1000, 5], "pad": 6}]
+    got = simplify_arguments(program, crashes, lambda: False)
+    assert got == [{"op": "add", "prompt": [0] * 20}, {"op": "step", "query": [0, 3, 0], "pad": 0}]
+    assert all(candidate[0]["prompt"] == [0] * 20 for candidate in tried)  # the first candidate zeroed it

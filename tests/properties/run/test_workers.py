@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
+import signal
 
 import pytest
 
@@ -99,13 +99,15 @@ def test_a_worker_runs_single_threaded_on_its_core_and_the_parent_is_left_as_it_
 
 
 def test_the_first_failure_stops_the_others(probe):
-    start = time.monotonic()
+    """The sleepers (two minutes, then a pass) were not waited for: each was ended by
+    a signal before it sent its result. Said by how they ended, not by a wall-clock
+    bound on the run, which a busy machine could break."""
     jobs = [Job("reference", seed=3), Job("reference", seed=1), Job("reference", seed=3)]
     outcomes, ended_by = run_workers(probe, jobs, placements(3, []))
-    assert time.monotonic() - start < 60  # the sleepers were not waited for
     assert ended_by == 1 and outcomes[1].result == Result("fail") and not outcomes[1].stopped
     assert [o.stopped for o in outcomes] == [True, False, True]
     assert all(o.result is None for o in (outcomes[0], outcomes[2]))
+    assert all(o.exitcode in (-signal.SIGTERM, -signal.SIGKILL) for o in (outcomes[0], outcomes[2])), outcomes
 
 
 def test_a_worker_that_dies_ends_the_run_with_its_exit_code(probe):
