@@ -30,7 +30,9 @@ _B_SMALL = st.sampled_from([1, 2])  # prefix-caching worlds: blocks fill, and ar
 _K_OVER_B_SMALL = st.sampled_from([1, 2, 3, 3, 4])  # block sizes that do not divide each other, often
 _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
 _PREFIX_CACHING = st.booleans()  # True: a prefix-caching world
-PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"  # "0": none (the same draws, prefix caching off)
+# "0": none (the same draws, prefix caching off); "fresh": every world that can caches
+# prefixes and admits with fresh blocks (other draws: for runs aimed at §8's admissions)
+PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"
 PREFIX_MAX_MODEL_LEN = 512
 _KV = st.integers(0, 3)  # 0-2: a world with KV caches
 KV_WORLDS_VARIABLE = "BLOCKTABLE_KV_WORLDS"  # "0": none (the same draws, no KV caches)
@@ -123,7 +125,8 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # prefixes, with small blocks, short rows and small pools: the reference keys every
     # block by its whole prefix (a lookup costs the square of the prompt's length), and
     # hits and evictions come from prompts that share blocks in a pool that cycles.
-    prefix_caching = draw(_PREFIX_CACHING) and os.environ.get(PREFIX_WORLDS_VARIABLE, "1") != "0"
+    prefix_mode = os.environ.get(PREFIX_WORLDS_VARIABLE, "1")
+    prefix_caching = (draw(_PREFIX_CACHING) and prefix_mode != "0") or prefix_mode == "fresh"
     groups = tuple(draw(_group_lists(W, max_groups, prefix_caching)))
     max_num_reqs = draw(_MAX_NUM_REQS)
     prefix_caching = prefix_caching and not (long_prefill or full_rows)
@@ -161,7 +164,7 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # Prefix-caching worlds draw last, so that the other worlds a seed gives stay as
     # they were: half of them admit with fresh blocks, and every one spreads its
     # prompts' symbols over token ids.
-    fresh_admission = draw(st.booleans()) if prefix_caching else False
+    fresh_admission = (draw(st.booleans()) or prefix_mode == "fresh") if prefix_caching else False
     vocabulary = draw(vocabularies()) if prefix_caching else ()
     # One world in four, of every kind, keeps V2 block tables too, drawn last for the
     # same reason. §10 has one interleave for every group: under DCP the sharded
