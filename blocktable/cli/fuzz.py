@@ -33,8 +33,7 @@ from blocktable.cli.common import (
     v2_specs,
 )
 from blocktable.cli.progress import Bars, bars
-from blocktable.plugin import CLASS_KINDS, KV_KINDS, V2_KINDS
-from blocktable.plugin.classes import attribute
+from blocktable.plugin import CLASS_KINDS, KV_KINDS, V2_KINDS, attribute, replaces_slot_kernel
 from blocktable.properties.report.report import render
 from blocktable.properties.run import messages, parent
 from blocktable.properties.run.calls import calls_text, never_called
@@ -189,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
                         + [f"{kind} {spec}" for kind, spec in classes.items()])
     # What the progress line and the summary name: the kernels under test (a table
     # class computes its own slot mappings, so with one no slot kernel is).
-    alone = (args.stateless and (kv or v2)) or "table" in classes
+    alone = (args.stateless and (kv or v2)) or replaces_slot_kernel(classes)
     shown = kv_text if alone else "; ".join(filter(None, [kernel, kv_text]))
     jobs = _jobs(args)
     database = _database(args)
@@ -232,7 +231,7 @@ def _run(args: argparse.Namespace) -> int:
     _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
     if result.status == "config-error":
         return usage_error("fuzz", result.message)
-    named = {**_under_test(args, kernel, kv, v2, "table" in classes), **classes}
+    named = {**_under_test(args, kernel, kv, v2, replaces_slot_kernel(classes)), **classes}
     _summary(shown, args, latest, result, time.monotonic() - start, workers, named)
     if result.status == "pass" or result.failure is None:
         # A plug-in it never called was not checked: that run cannot pass.

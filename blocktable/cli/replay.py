@@ -28,7 +28,7 @@ from blocktable.cli.common import (
     normalize_v2,
     usage_error,
 )
-from blocktable.plugin import KernelSpec
+from blocktable.plugin import KernelSpec, replaces_slot_kernel
 from blocktable.properties.cases.case import REPLAY_FAMILIES, Case, flag_of, label_of, load
 from blocktable.properties.report.describe import whole_run_text
 from blocktable.properties.report.report import render
@@ -103,7 +103,7 @@ def _kernel_and_plugins(args: argparse.Namespace, case: Case) -> tuple[str, Plug
     if family is None:
         if case.kind != "lockstep" and named:
             raise UsageError(f"{named[0]} names a plug-in beside the kernel, and a {case.kind} case calls none")
-        if args.kernel is not None and "table" in {**case.classes, **given["classes"]}:
+        if args.kernel is not None and replaces_slot_kernel({**case.classes, **given["classes"]}):
             raise UsageError(f"a table class computes its own slot mappings, so the lockstep calls no slot-mapping "
                              f"kernel: drop --kernel {args.kernel}")
         return normalize_kernel(args.kernel or case.kernel), given
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 def _with(kernel: str, case: Case, plugins: Plugins | None) -> str:
     """What the replay ran, as the closing line names it."""
     ran = {family: {**getattr(case, family), **(plugins or {}).get(family, {})} for family in REPLAY_FAMILIES}
-    ran_kernel = [] if "table" in ran["classes"] else [kernel]  # a table class computes its own slot mappings
+    ran_kernel = [] if replaces_slot_kernel(ran["classes"]) else [kernel]
     return "; ".join([*ran_kernel, *(f"{label_of(family, kind)} {spec}" for family, specs in ran.items()
                                      for kind, spec in specs.items())])
 

@@ -11,6 +11,7 @@ from blocktable.plugin.classes import (
                                         declared_free_orders,
                                         declared_uniform_groups,
                                         free_order_refusal,
+                                        replaces_slot_kernel,
                                         world_refusal,
 )
 from blocktable.plugin.contract import (
@@ -45,7 +46,8 @@ from blocktable.plugin.spec import KernelSpec, PluginError
 
 __all__ = [
     "CLASS_CONTRACTS", "CLASS_KINDS", "FREE_ORDERS", "attribute", "builtin_classes", "declared_free_orders",
-    "declared_uniform_groups", "free_order_refusal", "world_refusal",
+    "declared_uniform_groups", "free_order_refusal", "replaces_slot_kernel",
+    "world_refusal",
     "resolve_class",
     "KEYWORDS", "KV_CONTRACTS", "KV_KEYWORDS", "KV_KINDS", "SLOT_MAPPING", "V2_CONTRACTS", "V2_KINDS", "Contract",
     "KVKernels", "KernelSpec", "PluginError", "Plugins", "SlotMappingFn", "V2Plugins", "builtin_kernels",

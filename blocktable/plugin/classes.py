@@ -30,7 +30,7 @@ the free orders (§6) it follows.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,13 @@ TABLE_V2_CLASS = ClassContract(
      "slot_mappings": ()})
 CLASS_CONTRACTS = {"table": TABLE_CLASS, "table-v2": TABLE_V2_CLASS, "pool": POOL_CLASS}
 CLASS_KINDS = tuple(CLASS_CONTRACTS)  # --table, --table-v2, --pool
+
+
+def replaces_slot_kernel(classes: Mapping[str, object]) -> bool:
+    """Whether the class plug-ins named (by kind) include a table class, which computes
+    its own slot mappings: then no slot-mapping kernel is under test, called, named in
+    a summary or replayed."""
+    return "table" in classes
 
 
 def attribute(kind: str) -> str:
@@ -169,14 +176,12 @@ def world_refusal(plugins: Any, world: Any) -> str | None:
     """Why the class plug-ins of `plugins` (blocktable.plugin.Plugins) cannot be built
     for `world` (a pool's free order, a table's uniform groups), or None: a world a
     class cannot be built for is the user's choice of class, not a finding."""
-    names = plugins.classes or {}
     if plugins.pool is not None:
-        refusal = free_order_refusal(plugins.pool, names.get("pool") or plugins.pool.__name__, world.free_order)
+        refusal = free_order_refusal(plugins.pool, plugins.class_name("pool"), world.free_order)
         if refusal is not None:
             return refusal
     if plugins.table is not None:
-        return uniform_groups_refusal(plugins.table, names.get("table") or plugins.table.__name__, world.groups,
-                                      world.cp_world_size)
+        return uniform_groups_refusal(plugins.table, plugins.class_name("table"), world.groups, world.cp_world_size)
     return None
 
 

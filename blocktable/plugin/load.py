@@ -152,6 +152,11 @@ class Plugins:
     table: type | None = None  # a V1 table class (docs/contract.md §11) in place of ours and the slot kernel
     table_v2: type | None = None  # a V2 table class (docs/contract.md §11) in place of ours and the V2 kernels
 
+    def class_name(self, kind: str) -> str:
+        """How reports name the class plug-in of `kind`: as the user named it, else by
+        the class's own name."""
+        return (self.classes or {}).get(kind) or getattr(self, kind.replace("-", "_")).__name__
+
 
 def load_kv_kernels(specs: dict[str, str] | None = None) -> KVKernels:
     """The KV kernels `specs` names by kind; ours ("triton") for a kind it does not name."""

@@ -112,7 +112,7 @@ class State:
                       free_order=world.free_order)
         if kernels.pool is None:
             return BlockPool(**config)  # type: ignore[arg-type]
-        name = (kernels.classes or {}).get("pool") or kernels.pool.__name__
+        name = kernels.class_name("pool")
         return cast(BlockPool, DrivenPool.build(kernels.pool, name, **config))  # type: ignore[arg-type]
 
     def _tables(self, world: WorldConfig, kernels: Plugins, backend: Backend) -> MultiGroupBlockTable:
@@ -124,7 +124,7 @@ class State:
                            kernel_block_size=g.kernel_block_size, sharded=g.sharded,
                            cp_world_size=world.cp_world_size, cp_interleave=g.cp_interleave, backend=backend)
                 for g in world.groups])
-        name = (kernels.classes or {}).get("table") or kernels.table.__name__
+        name = kernels.class_name("table")
         driven = DrivenTables.build(kernels.table, name, world, backend)
         driven.probe_refusals(self.reference.tables)
         return cast(MultiGroupBlockTable, driven)

@@ -92,8 +92,8 @@ class V2World:
             # The V2 table class under test (docs/contract.md §11), its own kernels included.
             names = ("block_sizes", "max_num_reqs", "max_num_batched_tokens", "max_num_blocks_per_group")
             arguments = dict(zip(names, shape), cp_rank=R, **options)
-            name = (state.kernels.classes or {}).get("table-v2") or cls.__name__
-            self.impl.append(cast(BlockTables, DrivenV2.build(cls, name, rank, arguments, self.reference[R].widths,
+            self.impl.append(cast(BlockTables, DrivenV2.build(cls, state.kernels.class_name("table-v2"), rank,
+                                                              arguments, self.reference[R].widths,
                                                               state.backend.device)))
         self.slot: dict[int, int] = {}  # request -> its persistent slot (the harness's bookkeeping)
         self.caches = [DeviceCache(world.num_blocks * lay.kv_block_size, slot_base=world.id_offset * lay.kv_block_size,

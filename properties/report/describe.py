@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from blocktable.plugin import replaces_slot_kernel
 from blocktable.properties.cases.case import Case
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.kv.call import cache_dtype
@@ -112,7 +113,7 @@ def case_kernels(case: Case) -> str:
     """What the case ran: its kernel and the KV, V2 and class plug-ins it named."""
     if case.kind == "v2-call":
         return f"v2-{(case.call or {}).get('op')} {case.kernel}"
-    kernel = [] if "table" in case.classes else [case.kernel]  # a table class computes its own slot mappings
+    kernel = [] if replaces_slot_kernel(case.classes) else [case.kernel]
     return "; ".join([*kernel, *(f"kv-{kind} {spec}" for kind, spec in case.kv.items()),
                       *(f"v2-{kind} {spec}" for kind, spec in case.v2.items()),
                       *(f"{kind} {spec}" for kind, spec in case.classes.items())])
@@ -131,7 +132,7 @@ def kernel_flag(case: Case) -> str | None:
     None for a case with a table class, which computes its own slot mappings."""
     if case.kind == "v2-call":
         return f"--v2-{(case.call or {}).get('op')}"
-    return None if "table" in case.classes else "--kernel"
+    return None if replaces_slot_kernel(case.classes) else "--kernel"
 
 
 def whole_run_text(whole: dict[str, Any]) -> str:

@@ -63,8 +63,8 @@ def counting(plugins: Plugins) -> Plugins:
         cls = getattr(plugins, attribute(kind))
         if cls is not None:  # every method of the protocol counted (and watched) as its kind
             methods = {name: counted(kind, getattr(cls, name)) for name in ("__init__", *contract.methods)}
-            classes[attribute(kind)] = type(cls.__name__, (cls,), {**methods, "__module__": cls.__module__,
-                                                        "__qualname__": cls.__qualname__})
+            body = {**methods, "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+            classes[attribute(kind)] = type(cls.__name__, (cls,), body)
     return dataclasses.replace(plugins, slot=counted("kernel", plugins.slot), kv=kv, v2=v2, **classes)
 
 
