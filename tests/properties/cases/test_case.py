@@ -83,7 +83,8 @@ def test_a_worlds_free_order_and_a_cases_classes_round_trip(tmp_path):
     assert json.loads(path.read_text())["classes"] == {"pool": "../pools/mine.py:MyPool"}
     assert load(path).classes == {"pool": f"{pool}:MyPool"} and path.name.startswith("case-mine-MyPool-")
     data = json.loads(path.read_text())
-    data["classes"] = {"table": "x.py:T"}
+    data["classes"] = {"scheduler": "x.py:S"}  # not a class kind of §11
     path.write_text(json.dumps(data))
-    with pytest.raises(CaseError, match="'classes' must be an object naming a class plug-in for each of pool"):
+    with pytest.raises(CaseError, match="'classes' must be an object naming a class plug-in for each of "
+                                        "table, table-v2, pool"):
         load(path)
