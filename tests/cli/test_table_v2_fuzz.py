@@ -38,7 +38,10 @@ def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, tmp_path, case
     spec = f"{bug}:Dropped"
     code, out = cli("fuzz", "--table-v2", spec, "--device", "cpu", "--examples", "2000", "--seed", "0")
     assert code == 1, out
-    assert "blocktable found a discrepancy" in out and "V2 host counts" in out, out
+    # An append that drops its overwrite shows as a wrong count or as a stale row,
+    # whichever the draws meet first (they differ with Hypothesis's version).
+    symptom = next((s for s in ("V2 host counts", "V2 persistent rows") if s in out), None)
+    assert "blocktable found a discrepancy" in out and symptom is not None, out
     assert "confirmed: it fails again when replayed alone in a fresh process" in out
     assert f"--table-v2 {spec}" in out
     case = case_file(out)
@@ -46,7 +49,7 @@ def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, tmp_path, case
     assert data["classes"] == {"table-v2": "../dropped.py:Dropped"} and load(case).classes == {"table-v2": spec}
     assert len(data["program"]) <= 12, data["program"]  # shrunk
     code, replayed = cli("replay", str(case))
-    assert code == 1 and "V2 host counts" in replayed, replayed
+    assert code == 1 and symptom in replayed, replayed
     code, replayed = cli("replay", str(case), "--table-v2", f"{fix}:Dropped")
     assert code == 0 and "passes now" in replayed, replayed
 
