@@ -40,8 +40,6 @@ FRESH_HIT_QUEUED = "fresh admission: a hit on a queued block"
 FRESH_EVICTS = "fresh admission evicts another key's block"
 FRESH_FITS_BY_IN_USE = "fresh admission fits only because hits are in use"
 FRESH_HITS_ONLY = "fresh admission deferred: hits only (too few free blocks)"
-# Not in LABELS yet: the worlds reach it too rarely for the coverage test's bound (0 in
-# 339 programs), which is why mutant C03 survives the gate (docs/results.md).
 FRESH_EVICTS_OTHER_GROUP = "fresh admission: group by group would evict another group's hit"
 # The KV path (docs/contract.md §9), in worlds with KV caches.
 KV_COPY = "KV blocks copied on write"
@@ -70,5 +68,6 @@ LABELS: tuple[str, ...] = (
     POOL_EXHAUSTED, RESUMED, CUDA_GRAPH_PADDING, IDS_NEAR_INT32_MAX, STALE_ROW, FREED_TO_HEAD, FREED_SPLIT,
     *(rejected(kind) for kind in KINDS), ROW_FILLED, HIT_FREED, HIT_IN_USE, EVICTED, KEY_TWO_BLOCKS,
     HIT_CAPPED_BY_LENGTH, HIT_CAPPED_BY_GROUP, RESET_REFUSED, RESET_DONE, FRESH_HIT_IN_USE, FRESH_HIT_QUEUED,
-    FRESH_EVICTS, FRESH_FITS_BY_IN_USE, FRESH_HITS_ONLY, KV_COPY, KV_FP8, KV_GATHER, V2_OVERWRITE, V2_PERMUTED,
-    V2_DUMMY, V2_DUMMY_TOKENS, V2_PADDED, V2_ROW_FULL, V2_BLOCK_SIZES, V2_DCP, V2_SLOTS_OFF, V2_STALE)
+    FRESH_EVICTS, FRESH_EVICTS_OTHER_GROUP, FRESH_FITS_BY_IN_USE, FRESH_HITS_ONLY, KV_COPY, KV_FP8, KV_GATHER,
+    V2_OVERWRITE, V2_PERMUTED, V2_DUMMY, V2_DUMMY_TOKENS, V2_PADDED,
+    V2_ROW_FULL, V2_BLOCK_SIZES, V2_DCP, V2_SLOTS_OFF, V2_STALE)

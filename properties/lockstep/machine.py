@@ -127,16 +127,21 @@ def _machine(kernel: Plugins, backend: Backend, world_strategy: st.SearchStrateg
 
         @precondition(lambda self: self.run.world.prefix_caching and self.run.live())
         @rule(which=WHICH, length=strategies.next_turn_lengths(), salt=strategies.prompt_parts()["salt"],
-              prefill=st.booleans())
-        def next_turn(self, which: int, length: int, salt: int, prefill: bool) -> None:
+              prefill=st.booleans(), others=st.integers(0, 2))
+        def next_turn(self, which: int, length: int, salt: int, prefill: bool, others: int) -> None:
             """A conversation's next turn: a request finishes, and a new one's prompt is
             all its tokens and a few more (or none: the same prompt again, whose hit the
-            len - 1 rule holds back), so it hits the blocks just freed (ref 0)."""
+            len - 1 rule holds back), so it hits the blocks just freed (ref 0). `others`
+            requests finish in between: their blocks join the queue behind its blocks,
+            where an admission fits with its first group's fresh blocks reaching past
+            the head to a later group's hits (what admitting group by group gets wrong)."""
             run = self.run
             live = run.live()  # a running request: its row is free for the next turn
             rid = live[which % len(live)]
             tokens = run.prompts.tokens[rid][:run.slots(rid)]
             self.apply(op="finish", request=rid, clear=False)
+            for other in [r for r in run.live() if r != rid][:others]:
+                self.apply(op="finish", request=other, clear=False)
             self._admit((tokens + noise(salt, length if tokens else max(1, length)))[:run.world.max_model_len],
                         prefill)
 

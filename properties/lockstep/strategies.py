@@ -31,8 +31,10 @@ _K_OVER_B_SMALL = st.sampled_from([1, 2, 3, 3, 4])  # block sizes that do not di
 _K_OVER_B = st.sampled_from([1, 1, 2, 3, 4])
 _PREFIX_CACHING = st.booleans()  # True: a prefix-caching world
 # "0": none (the same draws, prefix caching off); "fresh": every world that can caches
-# prefixes and admits with fresh blocks (other draws: for runs aimed at §8's admissions)
+# prefixes and admits with fresh blocks (other draws: for runs aimed at §8's admissions);
+# "fresh-groups": as "fresh", with two or more KV-cache groups (§8's admissions across groups)
 PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"
+AIMED_AT_ADMISSIONS = ("fresh", "fresh-groups")
 PREFIX_MAX_MODEL_LEN = 512
 _KV = st.integers(0, 3)  # 0-2: a world with KV caches
 KV_WORLDS_VARIABLE = "BLOCKTABLE_KV_WORLDS"  # "0": none (the same draws, no KV caches)
@@ -91,13 +93,17 @@ def group_configs(draw: st.DrawFn, cp_world_size: int, small: bool = False) -> G
 
 
 @functools.cache
-def _group_lists(cp_world_size: int, max_groups: int, small: bool) -> st.SearchStrategy[list[GroupConfig]]:
+def _group_lists(cp_world_size: int, max_groups: int, small: bool,
+                 several: bool = False) -> st.SearchStrategy[list[GroupConfig]]:
+    several_groups = st.lists(group_configs(cp_world_size, small), min_size=2, max_size=max_groups)
+    if several and max_groups >= 2:
+        return several_groups
     one_or_more = st.lists(group_configs(cp_world_size, small), min_size=1, max_size=max_groups)
     if not small or max_groups < 2:
         return one_or_more
     # Prefix-caching worlds: several groups half the time, where keys must name their
     # group and a hit must suit every group's block size.
-    return st.one_of(one_or_more, st.lists(group_configs(cp_world_size, small), min_size=2, max_size=max_groups))
+    return st.one_of(one_or_more, several_groups)
 
 
 @st.composite
@@ -117,7 +123,9 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # no example costs seconds under the interpreter (Hypothesis dwells near the
     # examples it has, so one costly world would slow a whole run).
     flavor = draw(_FLAVOR)
-    long_prefill, full_rows = flavor == 4, flavor == 5
+    prefix_mode = os.environ.get(PREFIX_WORLDS_VARIABLE, "1")
+    # Runs aimed at §8's admissions want every world to cache prefixes, which these two kinds never do.
+    long_prefill, full_rows = (flavor == 4, flavor == 5) if prefix_mode not in AIMED_AT_ADMISSIONS else (False, False)
     if long_prefill or full_rows:
         max_world, max_groups = min(max_world, 2), min(max_groups, 2)
     W = draw(_world_sizes(max_world))
@@ -125,9 +133,8 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # prefixes, with small blocks, short rows and small pools: the reference keys every
     # block by its whole prefix (a lookup costs the square of the prompt's length), and
     # hits and evictions come from prompts that share blocks in a pool that cycles.
-    prefix_mode = os.environ.get(PREFIX_WORLDS_VARIABLE, "1")
-    prefix_caching = (draw(_PREFIX_CACHING) and prefix_mode != "0") or prefix_mode == "fresh"
-    groups = tuple(draw(_group_lists(W, max_groups, prefix_caching)))
+    prefix_caching = (draw(_PREFIX_CACHING) and prefix_mode != "0") or prefix_mode in AIMED_AT_ADMISSIONS
+    groups = tuple(draw(_group_lists(W, max_groups, prefix_caching, several=prefix_mode == "fresh-groups")))
     max_num_reqs = draw(_MAX_NUM_REQS)
     prefix_caching = prefix_caching and not (long_prefill or full_rows)
     if full_rows:
@@ -164,7 +171,7 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # Prefix-caching worlds draw last, so that the other worlds a seed gives stay as
     # they were: half of them admit with fresh blocks, and every one spreads its
     # prompts' symbols over token ids.
-    fresh_admission = (draw(st.booleans()) or prefix_mode == "fresh") if prefix_caching else False
+    fresh_admission = (draw(st.booleans()) or prefix_mode in AIMED_AT_ADMISSIONS) if prefix_caching else False
     vocabulary = draw(vocabularies()) if prefix_caching else ()
     # One world in four, of every kind, keeps V2 block tables too, drawn last for the
     # same reason. §10 has one interleave for every group: under DCP the sharded
@@ -311,7 +318,7 @@ def next_turn_lengths() -> st.SearchStrategy[int]:
     return _NEXT_TURN_LENGTH
 
 
-_NEXT_TURN_LENGTH = st.sampled_from([0, 0, 1, 2, 5, 9, 17])
+_NEXT_TURN_LENGTH = st.sampled_from([0, 0, 1, 2, 5, 9, 17, 33, 65])
 _SOURCE = st.integers(0, 15)
 _CUT = st.sampled_from([0, 0, 1, 2, 3, 5, 8, 17, 33, 64])
 _EXTRA_LENGTH = st.sampled_from([0, 1, 2, 5, 9, 17, 33, 65, 129])

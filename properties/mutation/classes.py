@@ -12,7 +12,7 @@ POOL = "blocktable/pool.py"
 PREFIX = "blocktable/prefix.py"
 PROTOCOL = "blocktable/classes/pool.py"
 OURS = {"pool": "ours"}
-AIMED_AT_ADMISSIONS = {"BLOCKTABLE_PREFIX_WORLDS": "fresh", "BLOCKTABLE_KV_WORLDS": "0", "BLOCKTABLE_V2_WORLDS": "0"}
+AIMED_AT_ADMISSIONS = {"BLOCKTABLE_PREFIX_WORLDS": "fresh-groups", "BLOCKTABLE_KV_WORLDS": "0"}
 TABLE = "blocktable/table.py"
 TABLE_PROTOCOL = "blocktable/classes/table.py"
 OUR_TABLE = {"table": "ours"}
@@ -35,7 +35,8 @@ CLASS_MUTANTS: tuple[Mutant, ...] = (
            "        seqs.append(seq, slots - L, array[L:slots])\n",
            "an admission that allocates one group's fresh blocks before it touches the next group's hits: "
            "the allocation evicts a hit it counted on (vLLM #11565, across groups)", classes=OURS,
-           # Aimed at §8's admissions: every world caches prefixes and admits with fresh blocks.
+           # Aimed at §8's admissions across groups: every world caches prefixes, admits with
+           # fresh blocks and has two or more groups.
            env=AIMED_AT_ADMISSIONS),
     Mutant("C04", "classes", POOL,
            "        self._next[before], self._prev[after] = after, before\n        self._size -= 1\n",
