@@ -62,3 +62,25 @@ def test_no_id_is_2_to_the_31_minus_1():
     assert spread(0, [3, 20]) == (0, 8, 1 << 20, 1 << 20 | 8)
     top = 2**31 - 2  # 0x7ffffffe: flipping bit 0 would give 2**31 - 1, so bit 2 (unused) flips in every id
     assert spread(top, [0, 1]) == (top ^ 4, top ^ 5, top ^ 6, top ^ 7)
+
+
+@pytest.mark.parametrize("mode, several", [("fresh", False), ("fresh-groups", True)])
+def test_worlds_aimed_at_admissions_all_cache_prefixes_and_admit_fresh(monkeypatch, mode, several):
+    """BLOCKTABLE_PREFIX_WORLDS=fresh and fresh-groups (runs aimed at §8's admissions, as
+    mutant C03's): every world caches prefixes and admits with fresh blocks; with
+    fresh-groups every one has two or more groups."""
+    from hypothesis import given, settings
+
+    from blocktable.properties.lockstep import strategies
+
+    monkeypatch.setenv(strategies.PREFIX_WORLDS_VARIABLE, mode)
+    groups = set()
+
+    @settings(max_examples=30, database=None)
+    @given(strategies.worlds())
+    def check(world):
+        assert world.prefix_caching and world.fresh_admission
+        groups.add(len(world.groups))
+
+    check()
+    assert (min(groups) >= 2) if several else (1 in groups), groups
