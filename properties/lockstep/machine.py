@@ -140,7 +140,7 @@ def _machine(kernel: Plugins, backend: Backend, world_strategy: st.SearchStrateg
             rid = live[which % len(live)]
             tokens = run.prompts.tokens[rid][:run.slots(rid)]
             self.apply(op="finish", request=rid, clear=False)
-            for other in [r for r in run.live() if r != rid][:others]:
+            for other in run.live()[:others]:  # rid's row is free already
                 self.apply(op="finish", request=other, clear=False)
             self._admit((tokens + noise(salt, length if tokens else max(1, length)))[:run.world.max_model_len],
                         prefill)

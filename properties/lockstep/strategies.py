@@ -34,7 +34,7 @@ _PREFIX_CACHING = st.booleans()  # True: a prefix-caching world
 # prefixes and admits with fresh blocks (other draws: for runs aimed at §8's admissions);
 # "fresh-groups": as "fresh", with two or more KV-cache groups (§8's admissions across groups)
 PREFIX_WORLDS_VARIABLE = "BLOCKTABLE_PREFIX_WORLDS"
-AIMED_AT_ADMISSIONS = ("fresh", "fresh-groups")
+ADMISSION_MODES = ("fresh", "fresh-groups")  # the modes aimed at §8's admissions
 PREFIX_MAX_MODEL_LEN = 512
 _KV = st.integers(0, 3)  # 0-2: a world with KV caches
 KV_WORLDS_VARIABLE = "BLOCKTABLE_KV_WORLDS"  # "0": none (the same draws, no KV caches)
@@ -124,8 +124,9 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # examples it has, so one costly world would slow a whole run).
     flavor = draw(_FLAVOR)
     prefix_mode = os.environ.get(PREFIX_WORLDS_VARIABLE, "1")
+    aimed = prefix_mode in ADMISSION_MODES
     # Runs aimed at §8's admissions want every world to cache prefixes, which these two kinds never do.
-    long_prefill, full_rows = (flavor == 4, flavor == 5) if prefix_mode not in AIMED_AT_ADMISSIONS else (False, False)
+    long_prefill, full_rows = not aimed and flavor == 4, not aimed and flavor == 5
     if long_prefill or full_rows:
         max_world, max_groups = min(max_world, 2), min(max_groups, 2)
     W = draw(_world_sizes(max_world))
@@ -133,7 +134,7 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # prefixes, with small blocks, short rows and small pools: the reference keys every
     # block by its whole prefix (a lookup costs the square of the prompt's length), and
     # hits and evictions come from prompts that share blocks in a pool that cycles.
-    prefix_caching = (draw(_PREFIX_CACHING) and prefix_mode != "0") or prefix_mode in AIMED_AT_ADMISSIONS
+    prefix_caching = (draw(_PREFIX_CACHING) and prefix_mode != "0") or aimed
     groups = tuple(draw(_group_lists(W, max_groups, prefix_caching, several=prefix_mode == "fresh-groups")))
     max_num_reqs = draw(_MAX_NUM_REQS)
     prefix_caching = prefix_caching and not (long_prefill or full_rows)
@@ -171,7 +172,7 @@ def worlds(draw: st.DrawFn, max_groups: int = 3, max_world: int = 8) -> WorldCon
     # Prefix-caching worlds draw last, so that the other worlds a seed gives stay as
     # they were: half of them admit with fresh blocks, and every one spreads its
     # prompts' symbols over token ids.
-    fresh_admission = (draw(st.booleans()) or prefix_mode in AIMED_AT_ADMISSIONS) if prefix_caching else False
+    fresh_admission = (draw(st.booleans()) or aimed) if prefix_caching else False
     vocabulary = draw(vocabularies()) if prefix_caching else ()
     # One world in four, of every kind, keeps V2 block tables too, drawn last for the
     # same reason. §10 has one interleave for every group: under DCP the sharded

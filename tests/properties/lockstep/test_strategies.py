@@ -1,7 +1,9 @@
 """The world strategy's full-rows worlds: a max_model_len of exactly one row."""
 
 import pytest
+from hypothesis import given, settings
 
+from blocktable.properties.lockstep import strategies
 from blocktable.properties.lockstep.strategies import row_tokens
 from blocktable.properties.world import GroupConfig, WorldConfig
 
@@ -69,10 +71,6 @@ def test_worlds_aimed_at_admissions_all_cache_prefixes_and_admit_fresh(monkeypat
     """BLOCKTABLE_PREFIX_WORLDS=fresh and fresh-groups (runs aimed at §8's admissions, as
     mutant C03's): every world caches prefixes and admits with fresh blocks; with
     fresh-groups every one has two or more groups."""
-    from hypothesis import given, settings
-
-    from blocktable.properties.lockstep import strategies
-
     monkeypatch.setenv(strategies.PREFIX_WORLDS_VARIABLE, mode)
     groups = set()
 
