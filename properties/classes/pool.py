@@ -40,7 +40,7 @@ class Refs:
         return np.array([self._driven.ref_of(int(b)) for b in np.asarray(index).tolist()], dtype=np.int32)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        refs = np.array([self._driven.ref_of(b) for b in range(self._driven.num_blocks)], dtype=np.int32)
+        refs = np.array(self._driven.all_refs(), dtype=np.int32)
         return refs if dtype is None else refs.astype(dtype)
 
 
@@ -127,6 +127,26 @@ class DrivenPool:
         if not _is_id(got):
             raise self._wrong("ref", (block,), got, "an int")
         return int(got)
+
+    def all_refs(self) -> list[int]:
+        """ref(block) for every block, in one pass: the lockstep reads them all after
+        every step, and the checks of one call at a time cost 15 times the call
+        itself. The same findings as ref_of's, naming the block."""
+        ref, block = self.inner.ref, 0
+
+        def read() -> list[Any]:
+            nonlocal block
+            got = []
+            for block in range(self.num_blocks):
+                got.append(ref(block))
+            return got
+
+        got = call_method("pool ref", lambda: f"{self.name}.ref({block})", read)
+        if not all(type(value) is int for value in got):  # the common case, cheaply; else each value
+            for block, value in enumerate(got):
+                if not _is_id(value):
+                    raise self._wrong("ref", (block,), value, "an int")
+        return [int(value) for value in got]
 
     @property
     def ref(self) -> Refs:

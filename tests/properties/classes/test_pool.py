@@ -54,6 +54,13 @@ def test_the_example_reads_as_our_pool_does():
     ({"cache_map": lambda self: [("never given", [3])]}, lambda p: p.cache_listing(), "which the harness never "
                                                                                      "gave to cache()"),
     ({"touch": lambda self, ids: 1 / 0}, lambda p: p.share([1]), "Edited.touch([1]) raised ZeroDivisionError"),
+    # The whole array is read in one pass: a finding still names its block.
+    ({"ref": lambda self, b: 1 / (b - 4)}, lambda p: np.asarray(p.ref), "Edited.ref(4) raised ZeroDivisionError"),
+    ({"ref": lambda self, b: 1.0 if b == 3 else 0}, lambda p: np.asarray(p.ref), "Edited.ref(3) returned 1.0, "
+                                                                                "expected an int"),
+    ({"ref": lambda self, b: np.int64(1) if b == 2 else True}, lambda p: np.asarray(p.ref), "Edited.ref(0) "
+                                                                                           "returned True"),
+    ({"ref": lambda self, b: "1"}, lambda p: p.ref[2], "Edited.ref(2) returned '1', expected an int"),
 ])
 def test_a_wrong_answer_is_the_class_finding(methods, call, said):
     pool = driven(**methods)
@@ -62,6 +69,13 @@ def test_a_wrong_answer_is_the_class_finding(methods, call, said):
     with pytest.raises(Discrepancy) as error:
         call(pool)
     assert said in str(error.value), str(error.value)
+
+
+def test_every_ref_is_read_in_one_pass_as_block_by_block():
+    pool = driven(ref=lambda self, b: np.int64(self.refs[b]))  # numpy ints are ids too
+    pool.allocate(3)
+    pool.share([2])
+    assert np.asarray(pool.ref).tolist() == [pool.ref_of(b) for b in range(6)] == [0, 1, 2, 1, 0, 0]
 
 
 def test_a_refusal_passes_through_to_be_compared_with_the_reference():
