@@ -8,7 +8,9 @@ Every kernel's output is checked against the vectorized reference on each shape
 before it is timed: a wrong kernel is reported, never ranked. The baseline,
 `triton-per-request`, is vLLM's kernel design with vLLM's compile-time choices
 (DCP world size, rank and interleave, the pad value and the 1,024-token tile
-compiled in; block sizes run-time), and the tables name it so. Without a GPU the
+compiled in; block sizes run-time), and the tables name it so. A plug-in named
+as vLLM's (its name holds `vllm`) or given with `--baseline` is timed beside ours
+and every row is also ranked against it ("× vs" that plug-in). Without a GPU the
 command still runs (interpreter, tiny shapes) to check the code path: it says
 first that interpreter wall times are not timings, and computes no speed-up.
 """
@@ -50,7 +52,7 @@ K = B = 16
 BASELINE = "triton-per-request"
 OURS = ["triton-tiled", "triton-specialized"]
 # What each built-in kernel is, as the tables name it.
-LABELS = {BASELINE: "per-request (vLLM-style: W/R/I, pad, tile constexpr)",
+LABELS = {BASELINE: "per-request (vLLM's design: K/W/R/I, pad, tile constexpr)",
           "triton-tiled": "tiled (run-time sizes)",
           "triton-specialized": "tiled, specialized (K/B/W/I constexpr)"}
 INTERPRETER_WARNING = ("No GPU: the kernels run under Triton's interpreter. The times below are interpreter "
@@ -59,7 +61,8 @@ INTERPRETER_WARNING = ("No GPU: the kernels run under Triton's interpreter. The 
 
 
 def label(kernel: str) -> str:
-    return LABELS.get(kernel, kernel)
+    """A built-in by what it is, a plug-in by its short name."""
+    return LABELS.get(kernel) or short(kernel)
 
 
 def short(spec: str) -> str:
@@ -75,6 +78,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "without one, tiny shapes either way)")
     p.add_argument("--kernel", action="append", default=[], metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
                    help="a further kernel to time beside ours (repeatable)")
+    p.add_argument("--baseline", metavar="NAME|MODULE:FUNCTION|FILE.py:FUNCTION",
+                   help="a kernel to time beside ours and rank every kernel against (\"× vs\" it); without "
+                        "it, the first --kernel whose name holds 'vllm' is the one")
     p.add_argument("--device", default="auto", choices=CHOICES)
     p.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for results.json, .md and .png")
     p.add_argument("--seed", type=int, default=0)
@@ -139,6 +145,10 @@ def make_inputs(requests: int, per_request: int, W: int, I: int, seed: int, devi
 def run(args: argparse.Namespace) -> int:
     try:
         extra = [normalize_kernel(k) for k in args.kernel]
+        reference = normalize_kernel(args.baseline) if args.baseline else None
+        if reference and reference not in extra:
+            extra.append(reference)
+        reference = reference or next((k for k in extra if "vllm" in short(k).lower()), None)
         kv_specs = {kind: [normalize_kv(kind, spec) for spec in getattr(args, f"kv_{kind}")]
                     for kind in KV_KINDS}
         v2_specs = {kind: [normalize_v2(kind, spec) for spec in getattr(args, f"v2_{kind}")] for kind in V2_KINDS}
@@ -197,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
             markup=False))
     args.out.mkdir(parents=True, exist_ok=True)
     meta = _meta(backend, copy_gbps)
+    meta["reference"] = reference if reference in kernels else None
     (args.out / "results.json").write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows],
                                                        "kv_rows": [asdict(r) for r in kv_rows],
                                                        "v2_rows": [asdict(r) for r in v2_rows]}, indent=1))
@@ -230,24 +241,35 @@ def render_markdown(rows: list[Row], meta: dict[str, Any]) -> str:
     if not meta.get("timed", True):
         return render_untimed(rows, meta)
     copy = meta.get("copy_gbps")
+    reference = meta.get("reference")
+    against = f" × vs {label(reference)} |" if reference else ""
     lines = [f"Device: {meta['device']}; numpy {meta['numpy']}; {meta['date']}.",
              f"Device-to-device copy: {copy:.0f} GB/s (bytes read + written)." if copy else
              "Device-to-device copy: not measured.",
-             f"K = B = {meta['K']}; times are medians of CUDA-graph replays. Baseline: {label(BASELINE)}.", "",
-             "| shape | W | tokens | kernel | µs | tokens/s | GB/s | % of copy | × vs per-request |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    base = {(r.shape, r.world): r.microseconds for r in rows if r.kernel == BASELINE}
+             f"K = B = {meta['K']}; times are medians of CUDA-graph replays. Baseline: {label(BASELINE)}."
+             + (f" Reference: {label(reference)}." if reference else ""), "",
+             "| shape | W | tokens | kernel | µs | tokens/s | GB/s | % of copy | × vs per-request |" + against,
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if reference else "")]
+
+    def times(kernel: str | None) -> dict[tuple[str, int], float | None]:
+        return {(r.shape, r.world): r.microseconds for r in rows if r.kernel == kernel}
+
+    base, ref = times(BASELINE), times(reference)
+
+    def ratio(to: float | None, us: float) -> str:
+        return f"{to / us:.2f}×" if to else "-"
+
     for r in rows:
         head = f"| {r.shape} | {r.world} | {r.tokens:,} | {label(r.kernel)} |"
         if r.microseconds is None:
-            lines.append(f"{head} - | - | - | - | {r.note} |")
+            lines.append(f"{head} - | - | - | - | {r.note} |" + (" - |" if reference else ""))
             continue
         gbps = r.bytes / r.microseconds / 1e3
         share = f"{100 * gbps / copy:.0f}%" if copy else "-"
-        baseline = base.get((r.shape, r.world))
-        speed = f"{baseline / r.microseconds:.2f}×" if baseline else "-"
+        key = (r.shape, r.world)
         lines.append(f"{head} {r.microseconds:.2f} | {r.tokens / r.microseconds * 1e6:.3g} | {gbps:.0f} | "
-                     f"{share} | {speed} |")
+                     f"{share} | {ratio(base.get(key), r.microseconds)} |"
+                     + (f" {ratio(ref.get(key), r.microseconds)} |" if reference else ""))
     return "\n".join(lines) + "\n"
 
 

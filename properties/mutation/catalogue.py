@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from blocktable.properties.mutation.classes import CLASS_MUTANTS
 from blocktable.properties.mutation.mutant import Mutant
+from blocktable.properties.mutation.slot import SLOT_MUTANTS
 from blocktable.properties.mutation.v2 import V2_MUTANTS
 
-SLOTS = "blocktable/kernels/slot_mapping.py"
-WRAPPERS = "blocktable/slot.py"
 TABLE = "blocktable/table.py"
 POOL = "blocktable/pool.py"
 SEQUENCE = "blocktable/sequence.py"
@@ -30,90 +29,7 @@ KV_WRAPPERS = "blocktable/kv.py"
 TRITON_ORACLE = {"BLOCKTABLE_ORACLE": "triton"}
 TRITON_KV = {"BLOCKTABLE_KV_KERNELS": "triton"}  # ours in the KV worlds, which the interpreter otherwise skips
 
-CATALOGUE: tuple[Mutant, ...] = (
-    # -- the slot-mapping kernels ---------------------------------------------------------
-    Mutant("K01", "kernel", SLOTS,
-           "tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)",
-           "tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens - 1)",
-           "tail padding off by one: the last slot of [T, Tmax) is never written"),
-    Mutant("K02", "kernel", SLOTS,
-           "tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)",
-           "tl.store(out_ptr + t, tl.where(keep, slot, 0), mask=t < max_num_tokens)",
-           "PAD written as 0: padded tokens overwrite slot 0 of the KV cache"),
-    Mutant("K03", "kernel", SLOTS,
-           "block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)",
-           "block = tl.load(row_ptr + col, mask=keep, other=0)",
-           "int32 product of block id and block size: ids near 2**31-1 wrap negative"),
-    Mutant("K04", "kernel", SLOTS,
-           "row_ptr = table_ptr + req.to(tl.int64) * table_stride",
-           "row_ptr = table_ptr + req * table_stride",
-           "row offset computed in int32",
-           kernel="triton-per-request",
-           equivalent="wraps only once rows * stride >= 2**31 (a table of 8 GiB or more), far beyond any table the ha"
-                      "rness builds; the int64 cast is kept for production sizes"),
-    Mutant("K05", "kernel", SLOTS,
-           "keep = valid & local & (col < width)",
-           "keep = valid & (col < width)",
-           "missing where(is_local, ...): another rank's tokens get slots on this rank"),
-    Mutant("K06", "kernel", SLOTS,
-           "vb = K * W  # one virtual block",
-           "vb = B * W  # one virtual block",
-           "ownership decided in kernel-block coordinates (wrong when P > 1, W > 1 and I does not divide B)"),
-    Mutant("K07", "kernel", SLOTS,
-           "lofs = (vbo // (W * I)) * I + vbo % I",
-           "lofs = vbo // W",
-           "local offset that ignores the interleave I"),
-    Mutant("K08", "kernel", SLOTS,
-           "is_token = t < num_tokens",
-           "is_token = t <= num_tokens",
-           "token mask <=: token T (the first tail slot) is mapped from a stray position"),
-    Mutant("K09", "kernel", SLOTS,
-           "keep = valid & local & (col < width)",
-           "keep = valid & local",
-           "missing out-of-row guard: a column past the row reads the next row (vLLM's bug)"),
-    Mutant("K10", "kernel", WRAPPERS,
-           "kernel[(N + 1,)](",
-           "kernel[(N,)](",
-           "last request not launched (the tail program takes its place)",
-           kernel="triton-per-request"),
-    Mutant("K11", "kernel", SLOTS,
-           "req = tl.where(start <= t, req + half, req)",
-           "req = tl.where(start < t, req + half, req)",
-           "request search with < instead of <=: a request's first token is given to the one before"),
-    Mutant("K12", "kernel", WRAPPERS,
-           "SEARCH_STEPS=max(0, N - 1).bit_length()",
-           "SEARCH_STEPS=max(0, N - 2).bit_length()",
-           "binary search one halving short: late requests' tokens land in earlier rows"),
-    Mutant("K13", "kernel", SLOTS,
-           "        end = tl.load(qsl_ptr + req + 1)",
-           "        end = tl.load(qsl_ptr + req + 1) - 1",
-           "request end off by one: each request's last token is never mapped",
-           kernel="triton-per-request"),
-    Mutant("K14", "kernel", SLOTS,
-           "col = vbi * P + lofs // B",
-           "col = vbi + lofs // B",
-           "virtual block index not scaled by P: hybrid tables read the wrong column"),
-    Mutant("K15", "kernel", SLOTS,
-           "return block * B + lofs % B, keep",
-           "return block * B + lofs % K, keep",
-           "in-block offset taken modulo K instead of B"),
-    Mutant("K16", "kernel", SLOTS,
-           "tl.store(out_ptr + offs, tl.full([BLOCK], PAD, tl.int64), mask=offs < max_num_tokens)",
-           "tl.store(out_ptr + offs, tl.full([BLOCK], PAD, tl.int64), mask=offs < max_num_tokens - 1)",
-           "per-request kernel: tail padding off by one",
-           kernel="triton-per-request"),
-    Mutant("K17", "kernel", SLOTS,
-           "block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)",
-           "block = tl.load(row_ptr + col, mask=local & (col < width), other=0).to(tl.int64)",
-           "lanes with no token read row 0 of the table (an empty batch's table may have no rows)"),
-    Mutant("K18", "kernel", SLOTS,
-           "if tl.load(qsl_ptr + r0 + 1) >= first + BLOCK:",
-           "if tl.load(qsl_ptr + r0 + 1) >= first + BLOCK - 1:",
-           "whole-tile test off by one: a tile whose last token starts the next request is mapped as one request's"),
-    Mutant("K19", "kernel", SLOTS,
-           "if first + BLOCK <= num_tokens:",
-           "if first + BLOCK <= max_num_tokens:",
-           "unmasked tiles decided by Tmax: tail tiles map stray positions instead of padding with -1"),
+CATALOGUE: tuple[Mutant, ...] = SLOT_MUTANTS + (
     # -- the block table ------------------------------------------------------------------
     Mutant("T01", "table", TABLE,
            "(blocks.astype(np.int64)[:, None] * P + np.arange(P))",

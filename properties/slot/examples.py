@@ -118,6 +118,23 @@ SPEC_EXAMPLES: tuple[SlotExample, ...] = (
     # The out-of-row guard: width 2, B=K=16: p=31 -> col 1 (row[1]=4): 79; p=32 -> col 2 >= 2: -1.
     # Row 1 (past N) holds 2**31-1: a kernel reading past row 0 would not produce -1.
     SlotExample("spec4-out-of-row", 16, 16, rows=((3, 4),), positions=((31, 32),), expected=(79, -1), width=2),
+    # Positions far past the row: width 2, K=B=16 (32 positions per row). p=2**31+3 and
+    # p=2**62+1 -> columns 134217728 and 2**58, both >= 2: -1; p=17 -> col 1: 4*16+1 = 65.
+    # (The tiled kernel clamps positions to the row's end to divide in 31 bits; these
+    # must stay -1, not wrap into the row.)
+    SlotExample("spec4-huge-positions", 16, 16, rows=((3, 4),), positions=((2**31 + 3, 17, 2**62 + 1),),
+                expected=(-1, 65, -1), width=2),
+    # A row that maps 2**31 positions or more: K=B=2**29, width 5 (5 * 2**29 positions).
+    # p=2**30+7 -> col 2 (row[2]=3): 3 * 2**29 + 7 = 1610612743; p=5*2**29 -> col 5: -1;
+    # p=2**29-1 -> col 0 (row[0]=1): 2**29 + 2**29 - 1 = 1073741823.
+    SlotExample("spec4-row-past-2**31-positions", 2**29, 2**29, rows=((1, 2, 3, 4, 5),),
+                positions=((2**30 + 7, 5 * 2**29, 2**29 - 1),), expected=(1610612743, -1, 1073741823), width=5),
+    # No more tokens than requests, but not token t in request t: request 0 is empty, so
+    # token 0 is request 1's (row [2]): p=4 -> 2*16+4 = 36; token 1 is request 2's
+    # (row [3]): p=5 -> 3*16+5 = 53. (A decode launch's guess "token t is request t" fails
+    # here and must fall back to the search.)
+    SlotExample("spec4-decode-with-an-empty-request", 16, 16, rows=((1,), (2,), (3,)), positions=((), (4,), (5,)),
+                expected=(36, 53)),
     # N = 0: nothing scheduled, the whole output is tail.
     SlotExample("spec4-no-requests", 16, 16, rows=(), positions=(), expected=(), max_num_tokens=5),
     # N = 0 with a table of no rows at all: a lane with no token must read nothing.

@@ -60,3 +60,30 @@ def test_kv_plug_ins_are_timed_beside_ours_and_a_wrong_one_is_not_timed(tmp_path
     rows = json.loads((tmp_path / "out" / "results.json").read_text())["kv_rows"]
     assert {r["kernel"] for r in rows} == {"triton", "torch", "torch_kv_write.py:write", "late_gather.py:gather"}
     assert not [r for r in rows if r["kernel"] == "torch_kv_write.py:write" and not r["ok"]]
+
+
+def test_a_vllm_plug_in_or_a_named_baseline_gets_a_column_of_its_own():
+    meta = {"device": "NVIDIA H200", "timed": True, "numpy": "2", "date": "2026-01-01", "copy_gbps": 4000.0,
+            "K": 16, "B": 16, "reference": "/x/vllm_slots.py:slot_mapping"}
+    rows = [_rows(BASELINE, 4.0), _rows("triton-tiled", 2.0), _rows("/x/vllm_slots.py:slot_mapping", 3.0)]
+    table = render_markdown(rows, meta)
+    assert "| × vs per-request | × vs vllm_slots.py:slot_mapping |" in table
+    assert "Reference: vllm_slots.py:slot_mapping." in table
+    assert "| 2.00× | 1.50× |" in table  # the tiled kernel against the baseline, then against the plug-in
+    assert "| 1.33× | 1.00× |" in table  # the plug-in itself
+    assert "/x/" not in table  # a plug-in by its file's name, not its path
+    plain = render_markdown(rows, {**meta, "reference": None})
+    assert "× vs vllm" not in plain and "| 2.00× |" in plain
+
+
+@pytest.mark.interpreted_loops
+def test_the_baseline_option_times_the_plug_in_and_names_it(tmp_path):
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    run = subprocess.run([sys.executable, "-m", "blocktable.cli.main", "bench", "--device", "cpu", "--suite", "slot",
+                          "--baseline", f"{examples}/numpy_slot_mapping.py:slot_mapping", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["meta"]["reference"].endswith("numpy_slot_mapping.py:slot_mapping")
+    timed = {r["kernel"] for r in results["rows"]}
+    assert results["meta"]["reference"] in timed and all(r["ok"] for r in results["rows"])

@@ -74,17 +74,18 @@ def test_tile_boundaries(backend, kernel, lengths):
 
 
 @pytest.mark.parametrize("interpreted, tmax, tokens, requests, expected", [
-    (False, 1024, 1024, 1024, (256, 8, False)),  # decode: every tile spans requests
+    (False, 1024, 1024, 1024, (64, 2, False)),  # decode: small tiles, the most programs
     (False, 8192, 8192, 64, (256, 8, False)),  # 128-token requests, shorter than a tile
     (False, 16384, 16384, 1, (256, 8, True)),  # one long prefill
-    (False, 2**20, 2**20, 256, (1024, 4, True)),  # large: the specialized kernel's tiles
-    (False, 2**20, 2**20, 2**20, (1024, 4, False)),
+    (False, 2**20, 2**20, 256, (512, 4, True)),  # large: bandwidth-bound tiles
+    (False, 2**20, 2**20, 2**19, (512, 4, False)),  # two tokens per request: every tile spans requests
+    (False, 2**20, 2**20, 2**20, (64, 2, False)),  # a million decode requests
     (True, 16, 3, 3, (1024, 4, True)),  # the interpreter: always whole tiles first
 ])
 def test_the_launch_takes_the_whole_tile_search_where_requests_span_tiles(interpreted, tmax, tokens, requests,
                                                                           expected):
     backend = mock.Mock(interpreted=interpreted)
-    assert slot.tiled_launch(backend, tmax, tokens, requests, specialized=True) == expected
+    assert slot.tiled_launch(backend, tmax, tokens, requests) == expected
 
 
 @pytest.mark.parametrize("kernel", list(SMALL_TILES))
