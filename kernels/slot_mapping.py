@@ -34,18 +34,6 @@ RUNTIME_INTS = SIZES + DIVISORS
 
 
 @triton.jit
-def quotient(n, d, m, s, MAGIC: tl.constexpr):
-    """n // d for int32 0 <= n < 2**31: by the multiplier m and shift s (module
-    docstring) where d is a run-time value, by Triton's own division otherwise
-    (a shift or a multiply already where d is a compile-time constant)."""
-    if MAGIC:
-        q = ((n.to(tl.int64) * m) >> s).to(tl.int32)
-    else:
-        q = n // d
-    return q
-
-
-@triton.jit
 def token_slots(p, valid, row_ptr, width, K, B, W, R, I, limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b,
                 MAGIC: tl.constexpr):
     """(slot, keep) for int64 positions `p` of the request whose row starts at row_ptr.
@@ -55,18 +43,26 @@ def token_slots(p, valid, row_ptr, width, K, B, W, R, I, limit, m_vb, s_vb, m_i,
     virtual block, I, W and B, and `limit` is a position past the row."""
     P = K // B
     vb = K * W  # one virtual block: K tokens on each of W ranks
+    # Interleave chunks of I tokens are dealt to the ranks in turn; `rounds` counts whole
+    # deals. The multiplies are written out, not called: under the interpreter every
+    # call of a jit function costs more than the arithmetic.
     if MAGIC:
         n = tl.minimum(p, limit).to(tl.int32)  # past `limit` every column is past the row
-        vbi = quotient(n, vb, m_vb, s_vb, MAGIC)
+        vbi = ((n.to(tl.int64) * m_vb) >> s_vb).to(tl.int32)
         vbo = n - vbi * vb
+        chunk = ((vbo.to(tl.int64) * m_i) >> s_i).to(tl.int32)
+        rounds = ((chunk.to(tl.int64) * m_w) >> s_w).to(tl.int32)
     else:
         vbi = p // vb
         vbo = (p - vbi * vb).to(tl.int32)
-    chunk = quotient(vbo, I, m_i, s_i, MAGIC)  # interleave chunks of I tokens, dealt to the ranks in turn
-    rounds = quotient(chunk, W, m_w, s_w, MAGIC)
+        chunk = vbo // I
+        rounds = chunk // W
     local = (chunk - rounds * W) == R  # ownership in allocation-block coordinates
     lofs = rounds * I + (vbo - chunk * I)  # offset inside this rank's K slots
-    kb = quotient(lofs, B, m_b, s_b, MAGIC)
+    if MAGIC:
+        kb = ((lofs.to(tl.int64) * m_b) >> s_b).to(tl.int32)
+    else:
+        kb = lofs // B
     col = vbi * P + kb
     keep = valid & local & (col < width)
     block = tl.load(row_ptr + col, mask=keep, other=0).to(tl.int64)

@@ -40,7 +40,7 @@ SLOT_MUTANTS: tuple[Mutant, ...] = (
            "ownership decided in kernel-block coordinates (wrong when P > 1, W > 1 and I does not divide B)"),
     Mutant("K07", "kernel", SLOTS,
            "lofs = rounds * I + (vbo - chunk * I)",
-           "lofs = quotient(vbo, W, m_w, s_w, MAGIC)",
+           "lofs = vbo // W",
            "local offset that ignores the interleave I"),
     Mutant("K08", "kernel", SLOTS,
            "is_token = t < num_tokens",

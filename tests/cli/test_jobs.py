@@ -41,7 +41,9 @@ def test_two_workers_fuzz_for_a_time_behind_one_display_and_one_summary(cli):
     assert all(row.endswith("pass") for row in rows.values()), rows
     total = int(re.search(r"checked steps\s+│\s+(\d+) \(", out).group(1))
     per_worker = [int(row.split(" | ")[5]) for row in rows.values()]
-    assert total == sum(per_worker) > 0
+    # Not > 0: on a loaded machine a worker may still be starting when the 15 s are up
+    # (no program starts after the deadline); the planted-bug test below needs work done.
+    assert total == sum(per_worker)
     assert "no discrepancy found" in out
 
 
