@@ -8,7 +8,8 @@ allocation block size K, the DCP world size, rank and interleave, the pad value 
 the tile are compile-time constants, the kernel block size B and the table stride
 run-time arguments under Triton's default integer specialization, the token counts
 not specialized, the request bounds widened to int64. It is the baseline the
-benchmark compares with. Beside vLLM's it adds only the contract's out-of-row guard.
+benchmark compares with. Beside vLLM's it adds only the contract's out-of-row guard
+and an int64 row offset.
 `slot_mapping_tiled` is a grid over token tiles, the default;
 `slot_mapping_tiled_specialized` compiles K, B, W and I in.
 
