@@ -135,13 +135,23 @@ def decode_requests(qsl_ptr, t, valid, num_reqs, SEARCH_STEPS: tl.constexpr):
 
 @triton.jit
 def first_request(qsl_ptr, first, num_reqs, SEARCH_STEPS: tl.constexpr):
-    """The same search for one token, in scalars (one load per halving for the tile)."""
-    r = 0
-    size = num_reqs
-    for _ in tl.static_range(SEARCH_STEPS):
-        half = size // 2
-        r = tl.where(tl.load(qsl_ptr + r + half) <= first, r + half, r)
-        size -= half
+    """The request of the tile's first token (`first` < num_tokens). Up to 1,024
+    requests: how many of qsl[1..N] are <= first, by one vector load and a sum (the
+    requests before it end at or before it), where a search would wait on one load
+    per halving. Beyond, the same search as token_requests, in scalars."""
+    if SEARCH_STEPS == 0:  # one request
+        r = 0
+    elif SEARCH_STEPS <= 10:
+        i = tl.arange(0, 1 << SEARCH_STEPS)
+        ends = tl.load(qsl_ptr + 1 + i, mask=i < num_reqs - 1, other=0)
+        r = tl.sum(((i < num_reqs - 1) & (ends <= first)).to(tl.int32), axis=0)
+    else:
+        r = 0
+        size = num_reqs
+        for _ in tl.static_range(SEARCH_STEPS):
+            half = size // 2
+            r = tl.where(tl.load(qsl_ptr + r + half) <= first, r + half, r)
+            size -= half
     return r
 
 

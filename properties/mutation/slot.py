@@ -109,4 +109,10 @@ SLOT_MUTANTS: tuple[Mutant, ...] = (
            "hit = ~valid | ((lo <= t) & (t < hi))",
            "hit = ~valid | (lo <= t)",
            "decode guess checked on one side: a token past its guessed request's end is mapped through that row"),
+    Mutant("K24", "kernel", SLOTS,
+           "r = tl.sum(((i < num_reqs - 1) & (ends <= first)).to(tl.int32), axis=0)",
+           "r = tl.sum(((i < num_reqs - 1) & (ends < first)).to(tl.int32), axis=0)",
+           "a tile's first request counted with <: a tile that starts a request is taken for the one before's",
+           equivalent="only slower: a first request found one short fails the whole-tile check (its end is the "
+                      "tile's first token) and the tile searches per token"),
 )
