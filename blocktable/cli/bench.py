@@ -7,8 +7,8 @@ then the KV kernels (blocktable.cli.bench_kv) and vLLM V2's block-table kernels
 Every kernel's output is checked against the vectorized reference on each shape
 before it is timed: a wrong kernel is reported, never ranked. The baseline,
 `triton-per-request`, is vLLM's kernel design with vLLM's compile-time choices
-(DCP world size, rank and interleave, the pad value and the 1,024-token tile
-compiled in; block sizes run-time), and the tables name it so. A plug-in named
+(K, K / B, the DCP world size, rank and interleave, the pad value and the
+1,024-token tile compiled in; B run-time), and the tables name it so. A plug-in named
 as vLLM's (its name holds `vllm`) or given with `--baseline` is timed beside ours
 and every row is also ranked against it ("× vs" that plug-in). Without a GPU the
 command still runs (interpreter, tiny shapes) to check the code path: it says
