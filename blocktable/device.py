@@ -50,6 +50,13 @@ def _interpret_requested() -> bool:
     return os.environ.get(INTERPRET_VARIABLE, "0") not in ("", "0")
 
 
+def chooses_gpu(preference: str) -> bool:
+    """Whether a fresh process's select(preference) runs the kernels on the GPU."""
+    if preference == "auto":
+        return torch.cuda.is_available() and not _interpret_requested()
+    return preference == "cuda"
+
+
 def select(preference: str = "auto") -> Backend:
     """Choose the backend for this process ("auto": the GPU when torch sees one and
     TRITON_INTERPRET is not set, else the interpreter). A second call must agree
@@ -59,10 +66,7 @@ def select(preference: str = "auto") -> Backend:
         raise ValueError(f"device must be one of {', '.join(CHOICES)}, got {preference!r}")
     if preference == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--device cuda was asked for, but torch sees no CUDA GPU")
-    if preference == "auto":
-        use_gpu = torch.cuda.is_available() and not _interpret_requested()
-    else:
-        use_gpu = preference == "cuda"
+    use_gpu = chooses_gpu(preference)
     wanted = "cuda" if use_gpu else "interpreter"
     if _selected is not None:
         if _selected.name != wanted and preference != "auto":

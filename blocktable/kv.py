@@ -40,6 +40,7 @@ so bad data is never a stray access.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -69,6 +70,16 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 # Scales for which the kernel divides in three operations rather than with IEEE
 # division (blocktable.kernels.kv.quantize says why the range matters).
 FAST_DIVISION_SCALES = (2.0**-64, 2.0**64)
+
+
+@functools.cache
+def hardware_fp8(backend: Backend) -> bool:
+    """Whether the fp8 write converts with the GPU's instruction (compute capability
+    8.9 and up: Ada, Hopper and later) rather than the integer encoder. Both give the
+    codes of docs/contract.md §9; the interpreter has only the integer one."""
+    if backend.interpreted or backend.device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(backend.device) >= (8, 9)
 
 
 def reciprocal(scale: float) -> float:
@@ -133,7 +144,7 @@ def write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value
         k, reciprocal(k), v, reciprocal(v),
         HEAD_SIZE=D, BLOCK_D=_next_power_of_2(D), TOKENS=tokens, HEADS=heads, EVEN_HEADS=H % heads == 0, MODE=mode,
         EXACT_DIVISION=not all(FAST_DIVISION_SCALES[0] <= x <= FAST_DIVISION_SCALES[1] for x in (k, v)),
-        SLOTS_INT32=num_slots <= 2**31, num_warps=warps)
+        HARDWARE_FP8=mode != "copy" and hardware_fp8(backend), SLOTS_INT32=num_slots <= 2**31, num_warps=warps)
 
 
 def copy_blocks(key_caches: Sequence[torch.Tensor], value_caches: Sequence[torch.Tensor],

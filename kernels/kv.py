@@ -23,12 +23,15 @@ arithmetic. Copy runs one program per (pair, tile of ROWS rows of a block), a ro
 being the innermost dimension. No kernel loops over a run-time bound.
 
 "auto" moves bits: the wrapper views float caches and tensors as integers of the
-same width, so no value is converted (NaN payloads included). fp8 e4m3fn is encoded
-and decoded with integer operations on float32 bits, never a hardware cast, which
-may not saturate: round to nearest even, ±448 beyond the range (infinities too),
-every NaN 0x7F. With fp8 the write is bound by instructions rather than bytes on an
-H200, so the encoder is kept short and the division is done in three operations
-(see `quantize`).
+same width, so no value is converted (NaN payloads included). fp8 e4m3fn: round to
+nearest even, ±448 beyond the range (infinities too), every NaN 0x7F. Two encoders
+give those codes: on GPUs with fp8 conversion (compute capability 8.9 and up) the
+hardware's `cvt.rn.satfinite.e4m3x2.f32`, four values to an instruction pair, behind a
+clamp that decides saturation and NaN first (so no rule rests on what the
+conversion does at the edges); elsewhere, and in the interpreter, integer operations
+on float32 bits. Decoding is always integer arithmetic. With fp8 the write is bound by
+instructions rather than bytes on an H200, so the division is done in three
+operations (see `quantize`) and the encoder is kept short.
 """
 
 import triton
@@ -70,29 +73,69 @@ def e4m3_encode(x):
 
 
 @triton.jit
-def quantize(x, scale, reciprocal, EXACT_DIVISION: tl.constexpr):
-    """int32 e4m3fn codes of float32 x / scale, the quotient correctly rounded.
+def e4m3_convert(q):
+    """uint8 e4m3fn codes of float32 `q` by the GPU's conversion: round to nearest
+    even, saturating at ±448. `cvt...e4m3x2` packs two codes into 16 bits, its first
+    operand in the high byte; four codes make one 32-bit result."""
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b16 lo, hi;
+        cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;
+        cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;
+        mov.b32 $0, {lo, hi};
+        }""",
+        constraints="=r,r,r,r,r", args=[q.to(tl.int32, bitcast=True)], dtype=tl.uint8, is_pure=True, pack=4)
 
-    The quotient is taken of |x| (the sign is x's: scale > 0), so a NaN's sign, which
-    a GPU's division drops, never matters, and every NaN gives 0x7F. Unless
+
+@triton.jit
+def divide(x, scale, reciprocal, EXACT_DIVISION: tl.constexpr):
+    """float32 x / scale, correctly rounded, the sign of zero kept. Unless
     EXACT_DIVISION (IEEE division: a dozen instructions and a slow-path branch),
-    Markstein's division in three: q0 = |x| * r with r = RN(1 / scale) from the host,
-    the residual |x| - q0 * scale (exact in an fma), and q0 corrected by residual * r in
+    Markstein's division in three: q0 = x * r with r = RN(1 / scale) from the host,
+    the residual q0 * scale - x (exact in an fma), and q0 corrected by -residual * r in
     one more fma, which gives the rounded quotient when nothing under- or overflows.
-    The host takes this path only for scales in [2**-64, 2**64], so every quotient
-    that can round to a nonzero code (2**-11 and up) comes from normal numbers, and
-    smaller ones encode to 0 even if off by an ulp. A quotient too large for the
-    residual (|x| / scale near the float32 maximum, or infinite) comes out infinite
-    or NaN, and both saturate to 448."""
-    bits = x.to(tl.int32, bitcast=True)
-    magnitude = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)
+    (The residual is negated rather than taken as x - q0 * scale so that x = -0 gives
+    -0: -0 + +0 is +0. And negated by multiplying by -1: Triton's unary minus is 0 - x,
+    which makes +0 of -0 too.) The host takes this path only for scales in [2**-64, 2**64],
+    so every quotient that can round to a nonzero code (2**-11 and up) comes from
+    normal numbers, and smaller ones encode to a zero even if off by an ulp."""
     if EXACT_DIVISION:
-        q = tl.math.div_rn(magnitude, scale)
+        q = tl.math.div_rn(x, scale)
     else:
-        q0 = magnitude * reciprocal
-        q = tl.fma(tl.fma(-q0, scale, magnitude), reciprocal, q0)
-    code = e4m3_magnitude(q) | ((bits >> 24) & 0x80)
-    return tl.where((bits & 0x7FFFFFFF) > FLOAT32_INF, 0x7F, code)
+        q0 = x * reciprocal
+        q = tl.fma(tl.fma(q0, scale, x * -1.0) * -1.0, reciprocal, q0)
+    return q
+
+
+@triton.jit
+def quantize(x, scale, reciprocal, EXACT_DIVISION: tl.constexpr, HARDWARE_FP8: tl.constexpr):
+    """uint8 e4m3fn codes of float32 x / scale, the quotient correctly rounded (see
+    `divide`); every NaN gives 0x7F, whatever its sign.
+
+    HARDWARE_FP8: the GPU converts. Saturation is decided before it: the fast division
+    takes x clamped to ±448 * scale (a quotient near the float32 maximum, or infinite,
+    would make its residual NaN), the IEEE one clamps its quotient to ±448, both
+    keeping NaN as NaN; a NaN reaching the conversion is the GPU's canonical NaN
+    (positive: arithmetic on a NaN does not keep its sign), which gives 0x7F.
+
+    Otherwise the integer encoder, on |x| (the sign is x's, scale > 0, put back on
+    the code), where a quotient too large for the residual comes out infinite or NaN
+    and both saturate to 448."""
+    if HARDWARE_FP8:
+        if EXACT_DIVISION:
+            q = tl.clamp(divide(x, scale, reciprocal, EXACT_DIVISION), -448.0, 448.0,
+                         propagate_nan=tl.PropagateNan.ALL)
+        else:
+            limit = 448.0 * scale
+            q = divide(tl.clamp(x, -limit, limit, propagate_nan=tl.PropagateNan.ALL), scale, reciprocal,
+                       EXACT_DIVISION)
+        codes = e4m3_convert(q)
+    else:
+        bits = x.to(tl.int32, bitcast=True)
+        magnitude = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)
+        code = e4m3_magnitude(divide(magnitude, scale, reciprocal, EXACT_DIVISION)) | ((bits >> 24) & 0x80)
+        codes = tl.where((bits & 0x7FFFFFFF) > FLOAT32_INF, 0x7F, code).to(tl.uint8)
+    return codes
 
 
 @triton.jit
@@ -110,7 +153,7 @@ def e4m3_decode(code, scale):
 
 
 @triton.jit
-def to_cache(x, scale, reciprocal, MODE: tl.constexpr, EXACT_DIVISION: tl.constexpr):
+def to_cache(x, scale, reciprocal, MODE: tl.constexpr, EXACT_DIVISION: tl.constexpr, HARDWARE_FP8: tl.constexpr):
     if MODE == "copy":
         y = x
     else:
@@ -118,7 +161,7 @@ def to_cache(x, scale, reciprocal, MODE: tl.constexpr, EXACT_DIVISION: tl.conste
             f = (x.to(tl.int32) << 16).to(tl.float32, bitcast=True)
         else:
             f = x.to(tl.float32)  # exact from float16
-        y = quantize(f, scale, reciprocal, EXACT_DIVISION).to(tl.uint8)
+        y = quantize(f, scale, reciprocal, EXACT_DIVISION, HARDWARE_FP8)
     return y
 
 
@@ -139,13 +182,13 @@ def tile_mask(keep, heads, num_heads, d, HEAD_SIZE: tl.constexpr, BLOCK_D: tl.co
 @triton.jit
 def write_one(src_ptr, src_stride_token, src_stride_head, src_stride_d, cache_ptr, stride_block, stride_offset,
               stride_head, stride_d, t, block, offset, heads, d, mask, scale, reciprocal, MODE: tl.constexpr,
-              EXACT_DIVISION: tl.constexpr):
+              EXACT_DIVISION: tl.constexpr, HARDWARE_FP8: tl.constexpr):
     src = (t * src_stride_token)[:, None, None] + (heads * src_stride_head)[None, :, None] \
         + (d * src_stride_d)[None, None, :]
     x = tl.load(src_ptr + src, mask=mask)
     place = (block * stride_block + offset * stride_offset)[:, None, None] + (heads * stride_head)[None, :, None] \
         + (d * stride_d)[None, None, :]
-    tl.store(cache_ptr + place, to_cache(x, scale, reciprocal, MODE, EXACT_DIVISION), mask=mask)
+    tl.store(cache_ptr + place, to_cache(x, scale, reciprocal, MODE, EXACT_DIVISION, HARDWARE_FP8), mask=mask)
 
 
 @triton.jit
@@ -158,10 +201,11 @@ def write_tokens(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, s
                  k_scale, k_reciprocal, v_scale, v_reciprocal,
                  HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
                  EVEN_HEADS: tl.constexpr, MODE: tl.constexpr, EXACT_DIVISION: tl.constexpr,
-                 SLOTS_INT32: tl.constexpr):
+                 HARDWARE_FP8: tl.constexpr, SLOTS_INT32: tl.constexpr):
     """Tokens t < num_tokens with 0 <= slot < num_slots: cache entry (slot // block_size,
     slot % block_size) = key[t] (value[t]), for this program's heads. SLOTS_INT32:
-    every slot of the cache fits in int32, so the division can be 32-bit."""
+    every slot of the cache fits in int32, so the division can be 32-bit.
+    HARDWARE_FP8: fp8 codes from the GPU's conversion (see `quantize`)."""
     t = tl.program_id(0).to(tl.int64) * TOKENS + tl.arange(0, TOKENS)
     heads = tl.program_id(1).to(tl.int64) * HEADS + tl.arange(0, HEADS)
     slot = tl.load(slot_ptr + t * slot_stride, mask=t < num_tokens, other=-1)
@@ -179,10 +223,10 @@ def write_tokens(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, s
     mask = tile_mask(keep, heads, num_heads, d, HEAD_SIZE, BLOCK_D, EVEN_HEADS)
     write_one(key_ptr, key_stride_token, key_stride_head, key_stride_d, key_cache_ptr, kc_stride_block,
               kc_stride_offset, kc_stride_head, kc_stride_d, t, block, offset, heads, d, mask, k_scale, k_reciprocal,
-              MODE, EXACT_DIVISION)
+              MODE, EXACT_DIVISION, HARDWARE_FP8)
     write_one(value_ptr, value_stride_token, value_stride_head, value_stride_d, value_cache_ptr, vc_stride_block,
               vc_stride_offset, vc_stride_head, vc_stride_d, t, block, offset, heads, d, mask, v_scale, v_reciprocal,
-              MODE, EXACT_DIVISION)
+              MODE, EXACT_DIVISION, HARDWARE_FP8)
 
 
 @triton.jit

@@ -72,8 +72,10 @@ def run(args: argparse.Namespace) -> int:
             return run_mutant(mutant, args.budget, args.seed, args.device, place)
         finally:
             slots.put(place)
-    to_run = [m for m in chosen if args.include_equivalent or not m.equivalent]
-    verdicts: dict[str, Verdict] = {m.id: Verdict(m.id, m.layer, m.imitates, None, equivalent=m.equivalent)
+    hardware = workers_convert_fp8_in_hardware(args.device)
+    to_run = [m for m in chosen if (args.include_equivalent or not m.equivalent) and not m.unreached(hardware)]
+    verdicts: dict[str, Verdict] = {m.id: Verdict(m.id, m.layer, m.imitates, None, equivalent=m.equivalent,
+                                                  unreached=m.unreached(hardware))
                                     for m in chosen if m not in to_run}
     # On a terminal rich's live bar; in a log (CI) a line when the gate starts, one per
     # verdict and one every BLOCKTABLE_PROGRESS_SECONDS while mutants run, so that a
@@ -131,6 +133,21 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def workers_convert_fp8_in_hardware(device: str) -> bool:
+    """Whether the fuzz workers' fp8 write will use the GPU's conversion (which
+    decides the fp8 mutants they can reach)."""
+    from blocktable.device import chooses_gpu
+
+    if not chooses_gpu(device):
+        return False
+    import torch
+
+    from blocktable.device import Backend
+    from blocktable.kv import hardware_fp8
+
+    return hardware_fp8(Backend("cuda", torch.device("cuda", torch.cuda.current_device())))
+
+
 def _kill_cells(v) -> tuple[str, str, str]:
     """(time to kill, examples, shrunk steps) as both tables show them."""
     seconds = f"{v.seconds_to_kill:.1f} s" if v.seconds_to_kill is not None else "-"
@@ -144,7 +161,7 @@ def verdict_table(verdicts: list) -> Table:
         table.add_column(column)
     for v in verdicts:
         if v.killed is None:
-            killed, detail = "equivalent", v.equivalent or ""
+            killed, detail = ("not reached", v.unreached) if v.unreached else ("equivalent", v.equivalent or "")
         else:
             killed = "[green]killed[/]" if v.killed else "[red]SURVIVED[/]"
             detail = f"{v.imitates}" + (f"\n↳ {label_poison(v.by)}" if v.by else "")
@@ -160,15 +177,21 @@ def summary_line(verdicts: list) -> str:
     if times:
         text += f"; time to kill: median {statistics.median(times):.1f} s, worst {max(times):.1f} s"
     equivalent = sum(1 for v in verdicts if v.equivalent)
-    return text + (f"; {equivalent} marked equivalent" if equivalent else "")
+    unreached = sum(1 for v in verdicts if v.killed is None and v.unreached and not v.equivalent)
+    return (text + (f"; {equivalent} marked equivalent" if equivalent else "")
+            + (f"; {unreached} not reached on this backend" if unreached else ""))
 
 
 def markdown_table(verdicts: list) -> str:
     lines = ["| mutant | layer | imitates | killed? | time to kill | examples | shrunk steps |",
              "| --- | --- | --- | --- | ---: | ---: | ---: |"]
     for v in verdicts:
-        killed = "equivalent" if v.killed is None else ("killed" if v.killed else "**SURVIVED**")
+        if v.killed is None:
+            killed = "not reached" if v.unreached else "equivalent"
+        else:
+            killed = "killed" if v.killed else "**SURVIVED**"
         seconds, examples, shrunk = _kill_cells(v)
-        imitates = v.imitates + (f" ({v.equivalent})" if v.killed is None and v.equivalent else "")
+        why = (v.unreached or v.equivalent) if v.killed is None else None
+        imitates = v.imitates + (f" ({why})" if why else "")
         lines.append(f"| {v.id} | {v.layer} | {imitates} | {killed} | {seconds} | {examples} | {shrunk} |")
     return "\n".join(lines) + "\n\n" + summary_line(verdicts)

@@ -24,3 +24,16 @@ class Mutant:
     # Class plug-ins the lockstep runs it through, by kind (docs/contract.md §11): ours
     # through the class path, "ours" for the pool.
     classes: dict[str, str] = field(default_factory=dict)
+    # The fp8 encoder the mutated code belongs to, "integer" or "hardware": a backend's
+    # write uses only one (blocktable.kv.hardware_fp8), so the other's mutants are not
+    # reached there. None: every backend reaches the code.
+    fp8_encoder: str | None = None
+
+    def unreached(self, hardware_fp8: bool) -> str | None:
+        """Why the fuzzing cannot reach this mutant on a backend (None: it can)."""
+        if self.fp8_encoder == "hardware" and not hardware_fp8:
+            return ("the path of the GPU's fp8 conversion, which the interpreter and GPUs before compute "
+                    "capability 8.9 do not take")
+        if self.fp8_encoder == "integer" and hardware_fp8:
+            return "the integer fp8 encoder, which this GPU's write does not use (it converts in hardware)"
+        return None

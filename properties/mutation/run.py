@@ -74,6 +74,7 @@ class Verdict:
     by: str = ""  # what detected it
     seconds: float = 0.0  # the whole run, shrinking included
     equivalent: str | None = None
+    unreached: str | None = None  # why this backend cannot reach the mutated code (not run)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -142,7 +142,7 @@ def small_tiles(impl: str, tiles: str):
 # ---- write --------------------------------------------------------------------------
 
 def run_write(impl: str, layout: str, dtype_name: str, kind: str, device, seed: int = 0, tiles: str = "default",
-              key_dtype: torch.dtype | None = None) -> None:
+              key_dtype: torch.dtype | None = None, scales: tuple[float, float] = (0.37, 3.0)) -> None:
     rng = np.random.default_rng(seed)
     x_dtype, cache_dtype, kv_cache_dtype = DTYPES[dtype_name]
     x_dtype = key_dtype or x_dtype
@@ -156,13 +156,13 @@ def run_write(impl: str, layout: str, dtype_name: str, kind: str, device, seed: 
     tokens, key, value = token_views(n, H, D, x_dtype, values, rng, device)
     slots = rng.permutation(num_blocks * Bk)[:n].astype(np.int64)
     slots[[2, 6]] = [-1, -5]  # any negative slot writes nothing
-    scales = dict(k_scale=0.37, v_scale=3.0)
+    scale_args = dict(k_scale=scales[0], v_scale=scales[1])
     ref_key, ref_value = tokens[0].mirror(key), tokens[1].mirror(value)
     reference.write(ref_key, ref_value, caches[0].mirror(kc), caches[-1].mirror(vc), slots, layout=layout,
-                    kv_cache_dtype=kv_cache_dtype, **scales)
+                    kv_cache_dtype=kv_cache_dtype, **scale_args)
     with small_tiles(impl, tiles):
         WRITES[impl](key, value, kc, vc, torch.from_numpy(slots).to(device), layout=layout,
-                     kv_cache_dtype=kv_cache_dtype, **scales)
+                     kv_cache_dtype=kv_cache_dtype, **scale_args)
     assert all(b.matches() for b in caches), "a cache differs from the reference"
     assert all(b.matches() for b in tokens), "the inputs changed"
 
@@ -185,6 +185,13 @@ def test_write_in_several_tiles(backend, layout, dtype_name):
 @pytest.mark.parametrize("impl", list(WRITES))
 def test_fp8_write_from_every_input_dtype(backend, impl, key_dtype):
     run_write(impl, "NHD", "fp8", "contiguous", backend.device, seed=2, key_dtype=key_dtype)
+
+
+@pytest.mark.parametrize("scales", [(2.0**-70, 2.0**70), (2.0**64, 2.0**-65)])
+def test_fp8_write_with_a_scale_past_the_fast_division(backend, scales):
+    """Scales outside [2**-64, 2**64] take IEEE division: with 2**-70 most values
+    saturate, with 2**70 most become zeros (subnormal quotients included)."""
+    run_write("triton", "NHD", "fp8", "contiguous", backend.device, seed=9, key_dtype=torch.float32, scales=scales)
 
 
 @pytest.mark.parametrize("impl", list(WRITES))
@@ -376,19 +383,69 @@ def test_kernel_decoder_matches_the_reference_on_all_256_codes(backend, scale):
     assert np.array_equal(decode_e4m3(codes)[:0x7F] * np.float32(scale), expected[:0x7F])  # the reading
 
 
+def encoders(backend) -> list[bool]:
+    """The fp8 encoders this backend has, as `quantize`'s HARDWARE_FP8: the integer
+    one always, the GPU's conversion where the write uses it."""
+    return [False, True] if kv.hardware_fp8(backend) else [False]
+
+
 @triton.jit
-def _both_divisions(bits_ptr, count, scale, reciprocal, fast_ptr, exact_ptr, BLOCK: tl.constexpr):
+def _quantize_both_ways(bits_ptr, count, scale, reciprocal, fast_ptr, exact_ptr, HARDWARE_FP8: tl.constexpr,
+                        BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(bits_ptr + offs, mask=offs < count).to(tl.float32, bitcast=True)
-    tl.store(fast_ptr + offs, quantize(x, scale, reciprocal, False).to(tl.uint8), mask=offs < count)
-    tl.store(exact_ptr + offs, quantize(x, scale, reciprocal, True).to(tl.uint8), mask=offs < count)
+    tl.store(fast_ptr + offs, quantize(x, scale, reciprocal, False, HARDWARE_FP8), mask=offs < count)
+    tl.store(exact_ptr + offs, quantize(x, scale, reciprocal, True, HARDWARE_FP8), mask=offs < count)
+
+
+def _reference_codes(bits: np.ndarray, scale: float) -> np.ndarray:
+    return reference.quantize(bits.view(np.float32), scale)
+
+
+def _quantize(bits: np.ndarray, scale: float, hardware: bool, device) -> tuple[np.ndarray, np.ndarray]:
+    """(fast, exact) codes of the float32 bit patterns by one encoder."""
+    fast = torch.zeros(len(bits), dtype=torch.uint8, device=device)
+    exact = torch.zeros_like(fast)
+    with np.errstate(all="ignore"):  # the interpreter's numpy on overflow and signalling NaNs
+        _quantize_both_ways[(-(-len(bits) // 8192),)](torch.from_numpy(bits).to(device), len(bits), scale,
+                                                     kv.reciprocal(scale), fast, exact, HARDWARE_FP8=hardware,
+                                                     BLOCK=8192)
+    return fast.cpu().numpy(), exact.cpu().numpy()
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0**-100, 2.0**100])
+def test_the_encoders_agree_with_the_reference_everywhere_it_matters(backend, scale):
+    """`quantize` by each encoder on the same inputs as the encoder test above, scaled:
+    every float16 and bfloat16 value, the floats at and beside every midpoint, the
+    float32 extremes and random bit patterns. Scales 2**±100 take IEEE division, and
+    with them subnormal quotients and quotients past the float32 range."""
+    rng = np.random.default_rng(10)
+    every16 = np.arange(2**16, dtype=np.uint16)
+    mid = ((MAGNITUDES[:-1] + MAGNITUDES[1:]) / 2 * np.float32(scale)).astype(np.float32)
+    near = np.concatenate([mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(0))])
+    extremes = np.array([0x00000001, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FFFFFFF,
+                         0x7FC00000, 0x3C7FFFFF, 0x3C800000, 0x43E00000, 0x43E7FFFF, 0x43E80000], np.uint32)
+    x = np.concatenate([every16.view(np.float16).astype(np.float32), bfloat16_to_float32(every16), near,
+                        extremes.view(np.float32)])
+    bits = np.concatenate([x.view(np.uint32), rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)])
+    bits = np.concatenate([bits, bits | np.uint32(2**31)]).view(np.int32)  # both signs
+    expected = _reference_codes(bits, scale)
+    for hardware in encoders(backend):
+        fast, exact = _quantize(bits, scale, hardware, backend.device)
+        assert np.array_equal(exact, expected), f"hardware={hardware}: first difference at {bits[exact != expected][:5]}"
+        if kv.FAST_DIVISION_SCALES[0] <= scale <= kv.FAST_DIVISION_SCALES[1]:
+            assert np.array_equal(fast, expected), f"hardware={hardware}: first at {bits[fast != expected][:5]}"
 
 
 @triton.jit
-def _count_division_disagreements(first_bits, count, scale, reciprocal, out_ptr, BLOCK: tl.constexpr):
+def _count_disagreements(first_bits, count, scale, reciprocal, out_ptr, EXACT_DIVISION: tl.constexpr,
+                         HARDWARE_FP8: tl.constexpr, BLOCK: tl.constexpr):
+    """How many of the floats first_bits + i (i < count) one encoder and division code
+    otherwise than the integer encoder after IEEE division (the encoder test's)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = (first_bits + offs).to(tl.float32, bitcast=True)
-    differ = quantize(x, scale, reciprocal, False) != quantize(x, scale, reciprocal, True)
+    differ = quantize(x, scale, reciprocal, EXACT_DIVISION, HARDWARE_FP8) != quantize(x, scale, reciprocal, True,
+                                                                                      False)
     tl.atomic_add(out_ptr, tl.sum((differ & (offs < count)).to(tl.int32)))
 
 
@@ -406,10 +463,10 @@ def _window_bits(scale: float) -> tuple[int, int]:
 
 @pytest.mark.parametrize("scale", DIVISION_SCALES)
 def test_fast_division_gives_the_codes_of_ieee_division(backend, scale):
-    """The write's three-operation division (kernels/kv.py `quantize`) against IEEE
-    division and the reference: on random floats across the window where codes change,
-    the floats beside every midpoint between two codes, and the specials. (On a GPU the
-    next test covers every float of the window.)"""
+    """The write's three-operation division (kernels/kv.py `divide`) against IEEE
+    division and the reference, by each encoder: on random floats across the window
+    where codes change, the floats beside every midpoint between two codes, and the
+    specials. (On a GPU the next test covers every float32.)"""
     rng = np.random.default_rng(8)
     lo, hi = _window_bits(scale)
     mid = ((MAGNITUDES[:-1] + MAGNITUDES[1:]) / 2 * scale).astype(np.float32).view(np.int32)
@@ -417,27 +474,24 @@ def test_fast_division_gives_the_codes_of_ieee_division(backend, scale):
     specials = np.array([0, 0x00000001, 0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0x7F800001], np.int32)
     bits = np.concatenate([rng.integers(lo, hi, 2**16), near, specials]).astype(np.int32)
     bits = np.concatenate([bits, bits | np.int32(-2**31)])  # both signs
-    d = backend.device
-    fast = torch.zeros(len(bits), dtype=torch.uint8, device=d)
-    exact = torch.zeros_like(fast)
-    with np.errstate(all="ignore"):  # the interpreter's numpy on overflow and signalling NaNs
-        _both_divisions[(-(-len(bits) // 8192),)](torch.from_numpy(bits).to(d), len(bits), scale,
-                                                 kv.reciprocal(scale), fast, exact, BLOCK=8192)
-    x = bits.view(np.float32)
-    with np.errstate(all="ignore"):
-        expected = np.where(np.isnan(x), 0x7F, encode_e4m3(x / np.float32(scale))).astype(np.uint8)
-    assert np.array_equal(exact.cpu().numpy(), expected)
-    assert np.array_equal(fast.cpu().numpy(), expected)
+    expected = _reference_codes(bits, scale)
+    for hardware in encoders(backend):
+        fast, exact = _quantize(bits, scale, hardware, backend.device)
+        assert np.array_equal(exact, expected), f"hardware={hardware}"
+        assert np.array_equal(fast, expected), f"hardware={hardware}"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scale", DIVISION_SCALES)
-def test_fast_division_on_every_float32(backend, scale):
-    """All 2**32 bit patterns (each sign in one launch of 2**31)."""
-    out = torch.zeros(1, dtype=torch.int32, device=backend.device)
-    for first in (0, -2**31):
-        _count_division_disagreements[(2**31 // 4096,)](first, 2**31, scale, kv.reciprocal(scale), out, BLOCK=4096)
-    assert out.item() == 0
+def test_every_encoder_and_division_on_every_float32(backend, scale):
+    """All 2**32 bit patterns (each sign in one launch of 2**31), each encoder with each
+    division against the integer encoder after IEEE division."""
+    for exact, hardware in [(False, False)] + [(e, True) for e in (False, True) if True in encoders(backend)]:
+        out = torch.zeros(1, dtype=torch.int32, device=backend.device)
+        for first in (0, -2**31):
+            _count_disagreements[(2**31 // 4096,)](first, 2**31, scale, kv.reciprocal(scale), out,
+                                                   EXACT_DIVISION=exact, HARDWARE_FP8=hardware, BLOCK=4096)
+        assert out.item() == 0, f"exact={exact}, hardware={hardware}: {out.item()} floats coded otherwise"
 
 
 # ---- GPU only: addresses past 2**31 elements --------------------------------------------
