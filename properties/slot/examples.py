@@ -129,6 +129,13 @@ SPEC_EXAMPLES: tuple[SlotExample, ...] = (
     # p=2**29-1 -> col 0 (row[0]=1): 2**29 + 2**29 - 1 = 1073741823.
     SlotExample("spec4-row-past-2**31-positions", 2**29, 2**29, rows=((1, 2, 3, 4, 5),),
                 positions=((2**30 + 7, 5 * 2**29, 2**29 - 1),), expected=(1610612743, -1, 1073741823), width=5),
+    # An interleave that is no power of two: K=48, B=16 (P=3), W=2, I=3, rank 0, row [7, 8, 9];
+    # VB = 96. p=3: chunk 3//3 = 1, 1 % 2 = 1: rank 1's, -1. p=6: chunk 2, 2 % 2 = 0: rank 0,
+    # l = (6 // 6) * 3 + 6 % 3 = 3, col 0: 7*16+3 = 115. p=2: chunk 0, l=2: 7*16+2 = 114.
+    # (A division by 3 that rounds 3//3 or 6//3 down, as a multiplier one short does, gives
+    # p=3 a slot and p=6 none.)
+    SlotExample("spec4-interleave-not-a-power-of-two", 48, 16, rows=((7, 8, 9),), positions=((3, 6, 2),),
+                expected=(-1, 115, 114), width=3, cp_world_size=2, cp_rank=0, cp_interleave=3),
     # No more tokens than requests, but not token t in request t: request 0 is empty, so
     # token 0 is request 1's (row [2]): p=4 -> 2*16+4 = 36; token 1 is request 2's
     # (row [3]): p=5 -> 3*16+5 = 53. (A decode launch's guess "token t is request t" fails
