@@ -83,7 +83,33 @@ def select(preference: str = "auto") -> Backend:
     else:
         os.environ[INTERPRET_VARIABLE] = "1"
         _selected = Backend("interpreter", torch.device("cpu"))
+        skip_unasserted_overflow_checks()
     return _selected
+
+
+def skip_unasserted_overflow_checks() -> bool:
+    """Stop Triton's interpreter from computing overflow checks it then discards.
+
+    For every 32-bit integer +, - and * the interpreter redoes the operation in int64
+    and compares it with the bounds, then hands the result to `device_assert`, which
+    does nothing unless the interpreter's `debug` option is on (it never is: the
+    interpreter ignores device assertions). That dead work was a third of an
+    interpreted slot-mapping call. Nothing observable changes: no check that could
+    fire is dropped. Returns whether the option was switched off (False where this
+    Triton's interpreter has no such option, or debugging is on)."""
+    import dataclasses
+
+    try:
+        from triton.runtime import interpreter
+
+        builder = interpreter.interpreter_builder
+        options = builder.options
+        if options.debug or not options.sanitize_overflow:
+            return False
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    except (ImportError, AttributeError, TypeError):
+        return False
+    return True
 
 
 def current() -> Backend:

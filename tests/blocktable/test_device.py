@@ -103,3 +103,30 @@ def test_uploads_in_a_row_each_arrive_whole():
         host.zero_()  # the caller may reuse its tensor at once
     for n, (_, on_device) in zip((3, 5000, 1, 70000, 0, 12), sent):
         assert torch.equal(on_device.cpu(), torch.arange(n, dtype=torch.int64) * 7 - n)
+
+
+def test_the_interpreter_skips_only_overflow_checks_it_would_discard(backend):
+    """Under the interpreter, 32-bit integer arithmetic is not redone in int64 for an
+    assertion the interpreter drops (its `debug` option is off), and it still wraps
+    as on a GPU: the values a kernel computes are those it computed before."""
+    import triton
+    import triton.language as tl
+
+    if not backend.interpreted:
+        pytest.skip("the interpreter's option; compiled kernels drop the dead checks themselves")
+    from triton.runtime import interpreter
+
+    options = interpreter.interpreter_builder.options
+    assert not options.debug and not options.sanitize_overflow
+    assert device.skip_unasserted_overflow_checks() is False  # already off: nothing to do
+
+    @triton.jit
+    def wrap(x_ptr, out_ptr):
+        x = tl.load(x_ptr + tl.arange(0, 4))
+        tl.store(out_ptr + tl.arange(0, 4), x * 3 + x)
+
+    x = torch.tensor([2**30, -2**30, 2**31 - 1, 5], dtype=torch.int32)
+    out = torch.zeros_like(x)
+    wrap[(1,)](x, out)
+    expected = ((x.to(torch.int64) * 4 + 2**31) % 2**32 - 2**31).to(torch.int32)
+    assert torch.equal(out, expected)

@@ -23,17 +23,18 @@ NUMPY_TABLE = "table_class.py:NumpyTable"
 # part of the table the report names first (host rows, counts or device rows) is not
 # asserted: the bug shows in several, and the program that finds it first may change
 # with anything that changes the programs drawn.
+# The seed: 4 found, shrank and confirmed each in 8-10 s (CPU, 2026-12-03), seed 0 in 20-30 s.
 PLANTED = {
     # move_row(a, a) copies the row onto itself and then clears the source: the row is wiped.
     "self-move wipes the row": (("        if src == dst:\n            return\n", "        if False:\n            return\n"),
-                                0, r"move src=(\d+) dst=\1", False),
+                                4, r"move src=(\d+) dst=\1", False),
     # Swapping numpy rows by tuple assignment: the right side holds views, so both rows end up b's.
     "swap through views": (("            group.host[[a, b]] = group.host[[b, a]]",
                             "            group.host[a], group.host[b] = group.host[b], group.host[a]"),
-                           0, r"swap a=(\d+) b=(?!\1\b)\d+", False),
+                           4, r"swap a=(\d+) b=(?!\1\b)\d+", False),
     # Only the object of DCP rank 1 wipes a self-moved row: each rank's object is compared.
     "one rank wipes its self-moved row": (("        if src == dst:\n", "        if src == dst and self.rank == 0:\n"),
-                                          0, r"move src=(\d+) dst=\1", True),
+                                          4, r"move src=(\d+) dst=\1", True),
 }
 FAILURE = re.compile(r"^\s*failure at step \d+: Discrepancy: group \d+ table (host rows|row counts|device rows): .*$",
                      re.MULTILINE)
