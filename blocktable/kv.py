@@ -73,13 +73,17 @@ FAST_DIVISION_SCALES = (2.0**-64, 2.0**64)
 
 
 @functools.cache
+def converts_fp8(device: torch.device) -> bool:
+    """Whether `device` is a GPU with fp8 conversion (compute capability 8.9 and up:
+    Ada, Hopper and later)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+
+
 def hardware_fp8(backend: Backend) -> bool:
-    """Whether the fp8 write converts with the GPU's instruction (compute capability
-    8.9 and up: Ada, Hopper and later) rather than the integer encoder. Both give the
-    codes of docs/contract.md §9; the interpreter has only the integer one."""
-    if backend.interpreted or backend.device.type != "cuda":
-        return False
-    return torch.cuda.get_device_capability(backend.device) >= (8, 9)
+    """Whether the fp8 write converts with the GPU's instruction rather than the
+    integer encoder. Both give the codes of docs/contract.md §9; the interpreter has
+    only the integer one."""
+    return not backend.interpreted and converts_fp8(backend.device)
 
 
 def reciprocal(scale: float) -> float:

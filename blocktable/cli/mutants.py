@@ -142,10 +142,9 @@ def workers_convert_fp8_in_hardware(device: str) -> bool:
         return False
     import torch
 
-    from blocktable.device import Backend
-    from blocktable.kv import hardware_fp8
+    from blocktable.kv import converts_fp8
 
-    return hardware_fp8(Backend("cuda", torch.device("cuda", torch.cuda.current_device())))
+    return converts_fp8(torch.device("cuda", torch.cuda.current_device()))
 
 
 def _kill_cells(v) -> tuple[str, str, str]:

@@ -352,18 +352,25 @@ def _decode(code_ptr, out_ptr, scale, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, e4m3_decode(tl.load(code_ptr + offs).to(tl.int32), scale))
 
 
-def test_kernel_encoder_matches_the_reference_everywhere_it_matters(backend):
-    """Every float16 and bfloat16 value, the midpoints of neighbouring codes and the
-    floats next to them, the float32 extremes, and random bit patterns."""
-    rng = np.random.default_rng(7)
+def encoder_inputs(rng: np.random.Generator, scale: float = 1.0) -> np.ndarray:
+    """float32 inputs where an fp8 encoder can go wrong, for quotients by `scale`:
+    every float16 and bfloat16 value, the midpoints between neighbouring codes times
+    the scale and the floats next to them, the float32 extremes (both signs), and
+    random bit patterns."""
     every16 = np.arange(2**16, dtype=np.uint16)
-    mid = ((MAGNITUDES[:-1] + MAGNITUDES[1:]) / 2).astype(np.float32)
+    mid = ((MAGNITUDES[:-1] + MAGNITUDES[1:]) / 2 * np.float32(scale)).astype(np.float32)
     near = np.concatenate([mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(0))])
     extremes = np.array([0x00000001, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FFFFFFF,
-                         0x3C7FFFFF, 0x3C800000, 0x43E00000, 0x43E7FFFF, 0x43E80000, 0x43F00000], np.uint32)
-    x = np.concatenate([every16.view(np.float16).astype(np.float32), bfloat16_to_float32(every16), near, -near,
-                        extremes.view(np.float32), -extremes.view(np.float32),
-                        rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+                         0x7FC00000, 0x3C7FFFFF, 0x3C800000, 0x43E00000, 0x43E7FFFF, 0x43E80000, 0x43F00000],
+                        np.uint32)
+    return np.concatenate([every16.view(np.float16).astype(np.float32), bfloat16_to_float32(every16), near, -near,
+                           extremes.view(np.float32), -extremes.view(np.float32),
+                           rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+
+
+def test_kernel_encoder_matches_the_reference_everywhere_it_matters(backend):
+    """e4m3_encode on `encoder_inputs`."""
+    x = encoder_inputs(np.random.default_rng(7))
     out = torch.zeros(len(x), dtype=torch.uint8, device=backend.device)
     block = 65536
     with np.errstate(invalid="ignore"):  # the interpreter's numpy on signalling NaNs
@@ -398,10 +405,6 @@ def _quantize_both_ways(bits_ptr, count, scale, reciprocal, fast_ptr, exact_ptr,
     tl.store(exact_ptr + offs, quantize(x, scale, reciprocal, True, HARDWARE_FP8), mask=offs < count)
 
 
-def _reference_codes(bits: np.ndarray, scale: float) -> np.ndarray:
-    return reference.quantize(bits.view(np.float32), scale)
-
-
 def _quantize(bits: np.ndarray, scale: float, hardware: bool, device) -> tuple[np.ndarray, np.ndarray]:
     """(fast, exact) codes of the float32 bit patterns by one encoder."""
     fast = torch.zeros(len(bits), dtype=torch.uint8, device=device)
@@ -415,21 +418,12 @@ def _quantize(bits: np.ndarray, scale: float, hardware: bool, device) -> tuple[n
 
 @pytest.mark.parametrize("scale", [1.0, 2.0**-100, 2.0**100])
 def test_the_encoders_agree_with_the_reference_everywhere_it_matters(backend, scale):
-    """`quantize` by each encoder on the same inputs as the encoder test above, scaled:
-    every float16 and bfloat16 value, the floats at and beside every midpoint, the
-    float32 extremes and random bit patterns. Scales 2**±100 take IEEE division, and
-    with them subnormal quotients and quotients past the float32 range."""
-    rng = np.random.default_rng(10)
-    every16 = np.arange(2**16, dtype=np.uint16)
-    mid = ((MAGNITUDES[:-1] + MAGNITUDES[1:]) / 2 * np.float32(scale)).astype(np.float32)
-    near = np.concatenate([mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(0))])
-    extremes = np.array([0x00000001, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0x7F800000, 0x7F800001, 0x7FFFFFFF,
-                         0x7FC00000, 0x3C7FFFFF, 0x3C800000, 0x43E00000, 0x43E7FFFF, 0x43E80000], np.uint32)
-    x = np.concatenate([every16.view(np.float16).astype(np.float32), bfloat16_to_float32(every16), near,
-                        extremes.view(np.float32)])
-    bits = np.concatenate([x.view(np.uint32), rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32)])
-    bits = np.concatenate([bits, bits | np.uint32(2**31)]).view(np.int32)  # both signs
-    expected = _reference_codes(bits, scale)
+    """`quantize` by each encoder on `encoder_inputs` for this scale, each input also
+    with the other sign. Scales 2**±100 take IEEE division, and with them subnormal
+    quotients and quotients past the float32 range."""
+    bits = encoder_inputs(np.random.default_rng(10), scale).view(np.uint32)
+    bits = np.concatenate([bits, bits ^ np.uint32(2**31)]).view(np.int32)  # each with the other sign too
+    expected = reference.quantize(bits.view(np.float32), scale)
     for hardware in encoders(backend):
         fast, exact = _quantize(bits, scale, hardware, backend.device)
         assert np.array_equal(exact, expected), f"hardware={hardware}: first difference at {bits[exact != expected][:5]}"
@@ -474,7 +468,7 @@ def test_fast_division_gives_the_codes_of_ieee_division(backend, scale):
     specials = np.array([0, 0x00000001, 0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0x7F800001], np.int32)
     bits = np.concatenate([rng.integers(lo, hi, 2**16), near, specials]).astype(np.int32)
     bits = np.concatenate([bits, bits | np.int32(-2**31)])  # both signs
-    expected = _reference_codes(bits, scale)
+    expected = reference.quantize(bits.view(np.float32), scale)
     for hardware in encoders(backend):
         fast, exact = _quantize(bits, scale, hardware, backend.device)
         assert np.array_equal(exact, expected), f"hardware={hardware}"
