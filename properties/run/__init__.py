@@ -1,7 +1,8 @@
 """The processes of a run, and a fuzz run told once.
 
-1. The command line hands a `Job` (messages.py) to one child process (child.py), or
-   to a worker per core (workers.py).
+1. The command line hands a `Job` (messages.py) to one child process (child.py,
+   forked from a server with the libraries loaded: launch.py), or to a worker per
+   core (workers.py).
 2. The child sets itself up (prepare.py): the device, the Hypothesis profile
    (profiles.py), every module imported before anything is drawn, and everything
    under test loaded once.

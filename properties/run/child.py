@@ -4,14 +4,13 @@ process (segfault, illegal memory access, os._exit) takes only the child down.
 The child gets a Job and sends messages (run/messages.py) over a queue; the parent
 hands each to a callback and returns the Result, or None if the child died without
 one (then `exitcode` says how: negative is the killing signal). A child's entry
-point is a function `target(job, send)`, passed as itself: the spawned process
-imports it by its module and name.
+point is a function `target(job, send)`, passed as itself: the child imports it
+by its module and name.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import queue
 import signal
 import threading
@@ -19,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from blocktable.properties.run import launch
+from blocktable.properties.run.launch import Start
 from blocktable.properties.run.messages import Job, Message, Result
 
 Send = Callable[[Message], None]
@@ -35,7 +36,8 @@ class ChildOutcome:
 HUNG_EXIT = -1000  # not a real exit status: the watchdog stopped a kernel call that did not return
 
 
-def _entry(target: Target, job: Job, messages: Any, heartbeat: Any) -> None:
+def _entry(start: Start, messages: Any, heartbeat: Any) -> None:
+    target, (job,) = start.begin()
     from blocktable.properties.run.calls import watch
 
     watch(heartbeat)
@@ -52,9 +54,10 @@ def hung(heartbeat: Any, call_timeout: float | None) -> bool:
 
 @contextlib.contextmanager
 def sigint_ignored() -> Iterator[None]:
-    """Start children inside this: they ignore SIGINT for their whole life (an
-    ignored signal stays ignored across exec, and Python then installs no handler of
-    its own), so that Ctrl-C, which reaches the whole process group, interrupts the
+    """Start children inside this: they ignore SIGINT for their whole life (a
+    spawned one because an ignored signal stays ignored across exec, and Python then
+    installs no handler of its own; a forked one because launch.Start sets it so
+    first), so that Ctrl-C, which reaches the whole process group, interrupts the
     parent alone; the parent stops them and says once what it kept. Only the main
     thread may set handlers: from another thread (the mutation gate's pool) children
     start as they are."""
@@ -77,15 +80,15 @@ def stop(process: Any) -> None:
 
 def run_in_child(target: Target, job: Job, on_message: Callable[[Message], None] | None = None,
                  until: float | None = None) -> ChildOutcome:
-    """Run target(job, send) in a spawned process; one still running at `until`
-    (time.monotonic()) is stopped."""
+    """Run target(job, send) in a child process (launch.py); one still running at
+    `until` (time.monotonic()) is stopped."""
     import time
 
-    context = multiprocessing.get_context("spawn")  # no forked CUDA state, a fresh TRITON_INTERPRET
+    context = launch.context()
     messages = context.Queue()
     heartbeat = context.RawValue("d", 0.0)  # no lock: no semaphore to leak when the child is killed
-    process = context.Process(target=_entry, args=(target, job, messages, heartbeat), daemon=True)
-    with sigint_ignored():
+    with sigint_ignored():  # inside: the child takes the disposition it sets
+        process = context.Process(target=_entry, args=(Start.of(target, job), messages, heartbeat), daemon=True)
         process.start()
     result = None
     timed_out = stuck = False

@@ -15,7 +15,6 @@ world (groups, pool, DCP) is not simplified.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import queue
 import time
 from collections.abc import Callable
@@ -25,8 +24,10 @@ from typing import Any
 
 from blocktable.properties.cases.case import Case, provenance
 from blocktable.properties.report.describe import config_text
+from blocktable.properties.run import launch
 from blocktable.properties.run.child import HUNG_EXIT, describe_exit, hung, sigint_ignored
 from blocktable.properties.run.journal import Journal
+from blocktable.properties.run.launch import Start
 from blocktable.properties.run.messages import Answer, Job, Message, Ready
 from blocktable.properties.run.prepare import prepare
 from blocktable.properties.run.replay import replay_lockstep
@@ -37,8 +38,9 @@ ANSWER_TIMEOUT_S = 120.0  # one replay; longer counts as "did not crash"
 TIMED_OUT = Answer(passed=True)  # what a replay that outlasts ANSWER_TIMEOUT_S counts as (compared by identity)
 
 
-def _replayer(job: Job, programs: Any, answers: Any, heartbeat: Any) -> None:
+def _replayer(start: Start, programs: Any, answers: Any, heartbeat: Any) -> None:
     """The child: replay each program it is sent, journaling every step first."""
+    _, (job,) = start.begin()
     from blocktable.properties.run.calls import watch
 
     watch(heartbeat)
@@ -71,13 +73,13 @@ class Replayer:
         self._process: Any = None
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
+        context = launch.context()
         self._programs, self._answers = context.Queue(), context.Queue()
         self._heartbeat = context.RawValue("d", 0.0)
         self._hung = False
-        self._process = context.Process(target=_replayer, args=(self.job, self._programs, self._answers,
-                                                                 self._heartbeat), daemon=True)
         with sigint_ignored():
+            self._process = context.Process(target=_replayer, args=(Start.of(None, self.job), self._programs,
+                                                                     self._answers, self._heartbeat), daemon=True)
             self._process.start()
         self.children_started += 1
         first = self._wait()

@@ -1,0 +1,62 @@
+"""A child started from the fork server (properties/run/launch.py) lives in its
+parent's environment and SIGINT disposition of the moment it starts, not in those
+the server was started with."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from blocktable.properties.run.child import run_in_child
+from blocktable.properties.run.messages import Job
+
+TARGETS = Path(__file__).parent / "targets"
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """probe() -> what a fresh child saw (launch_probe.report)."""
+    monkeypatch.syspath_prepend(str(TARGETS))
+    import launch_probe
+
+    def run() -> dict[str, str | None]:
+        outcome = run_in_child(launch_probe.report, Job("unused"))
+        assert outcome.exitcode == 0 and outcome.result is not None, outcome
+        return json.loads(outcome.result.message)
+
+    return run
+
+
+def test_each_child_takes_the_environment_its_parent_has_when_it_starts(probe, monkeypatch):
+    monkeypatch.setenv("BLOCKTABLE_LAUNCH_PROBE", "first")
+    first = probe()  # the server is running after this, if it was not before
+    monkeypatch.setenv("BLOCKTABLE_LAUNCH_PROBE", "second")
+    second = probe()
+    monkeypatch.delenv("BLOCKTABLE_LAUNCH_PROBE")
+    third = probe()
+    assert (first["now"], second["now"], third["now"]) == ("first", "second", None)
+
+
+def test_a_childs_target_is_imported_in_the_parents_environment_of_the_moment(probe, monkeypatch):
+    # A module that reads a setting when it is imported (as a kernel module reads
+    # TRITON_INTERPRET) sees the parent's current environment, in every child.
+    monkeypatch.setenv("BLOCKTABLE_LAUNCH_PROBE", "first")
+    first = probe()
+    monkeypatch.setenv("BLOCKTABLE_LAUNCH_PROBE", "second")
+    second = probe()
+    assert (first["at_import"], second["at_import"]) == ("first", "second")
+
+
+def test_a_child_ignores_sigint_exactly_when_its_parent_starts_it_from_the_main_thread(probe):
+    # run_in_child starts children inside sigint_ignored(), which only the main thread
+    # can enter; from another thread (the mutation gate's pool) a child starts with
+    # Python's own handler, as a spawned one did, whatever the server started with.
+    def from_a_thread() -> dict[str, str | None]:
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(probe).result()
+
+    seen = [probe()["sigint"], from_a_thread()["sigint"], probe()["sigint"], from_a_thread()["sigint"]]
+    assert seen == ["ignored", "KeyboardInterrupt", "ignored", "KeyboardInterrupt"]
