@@ -1,14 +1,15 @@
 """How a child process starts: forked from a server that has the heavy libraries
 loaded, living in the environment its parent has at that moment.
 
-A spawned child spends about two seconds importing torch, Triton and numpy before
-any of our code runs, and one command starts several children
+A spawned child spends about two seconds importing torch and numpy before any of
+our code runs, and one command starts several children
 (the run, the confirmation, a fresh one after every crash while shrinking); a test
 suite starts hundreds. multiprocessing's fork server imports those libraries once
 per parent, and every child is a fork of it. The parent itself is never forked:
 it may hold CUDA state, which a forked child cannot use. The server imports
-libraries only, none of our modules: a kernel module reads TRITON_INTERPRET when
-it is imported, and that is each child's own (device.select sets it).
+libraries only, none of our modules and not Triton: a kernel module, and Triton's
+own, reads TRITON_INTERPRET when it is imported, and that is each child's own
+(device.select sets it).
 
 What a spawned child got from its parent for free, a forked one is handed:
 - the environment: the server's is the one its parent had when the server
@@ -33,9 +34,12 @@ from typing import Any
 
 # Imported by the server, inherited by every child: libraries whose import keeps
 # nothing of the server's environment or working folder that a child would need its
-# own of. Not Hypothesis: it fixes its storage folder (.hypothesis under the working
-# folder) when imported, and it costs a child only a twentieth of a second.
-PRELOAD = ["numpy", "torch", "triton", "triton.language", "rich.console", "rich.progress", "rich.table"]
+# own of. Not Triton: triton.language makes Triton's own @triton.jit helpers
+# (tl.cdiv and the like) when imported, interpreted or compiled as TRITON_INTERPRET
+# says at that moment, and a child chooses its backend later (device.select). Not
+# Hypothesis: it fixes its storage folder (.hypothesis under the working folder)
+# when imported. Each costs a child a fraction of torch's import.
+PRELOAD = ["numpy", "torch", "rich.console", "rich.progress", "rich.table"]
 
 
 def context() -> Any:

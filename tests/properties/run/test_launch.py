@@ -5,6 +5,9 @@ the server was started with."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -60,3 +63,16 @@ def test_a_child_ignores_sigint_exactly_when_its_parent_starts_it_from_the_main_
 
     seen = [probe()["sigint"], from_a_thread()["sigint"], probe()["sigint"], from_a_thread()["sigint"]]
     assert seen == ["ignored", "KeyboardInterrupt", "ignored", "KeyboardInterrupt"]
+
+
+def test_a_child_that_chooses_the_interpreter_after_its_server_started_without_it_runs_tritons_helpers(tmp_path):
+    # A GPU host's run with --device cpu: the parent (and so the fork server) starts
+    # without TRITON_INTERPRET, the child sets it. Triton's own @triton.jit helpers
+    # (tl.cdiv, ...) must then be made in the child, interpreted; made in the server,
+    # every contract example fails with "Cannot call @triton.jit'd outside of the
+    # scope of a kernel". A fresh process, so that its fork server is its own.
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "blocktable.cli.main", "fuzz", "--kernel", "triton",
+                           "--device", "cpu", "--examples", "1", "--out", str(tmp_path / "cases")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
