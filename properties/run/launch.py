@@ -2,11 +2,11 @@
 loaded, living in the environment its parent has at that moment.
 
 A spawned child spends about two seconds importing torch and numpy before any of
-our code runs, and one command starts several children
-(the run, the confirmation, a fresh one after every crash while shrinking); a test
-suite starts hundreds. multiprocessing's fork server imports those libraries once
-per parent, and every child is a fork of it. The parent itself is never forked:
-it may hold CUDA state, which a forked child cannot use. The server imports
+our code runs, and one command starts several children (the run, the confirmation,
+a fresh one after every crash while shrinking); a test suite starts hundreds.
+multiprocessing's fork server imports those libraries once per parent, and every
+child is a fork of it. The parent itself is never forked: it may hold CUDA state,
+which a forked child cannot use. The server imports
 libraries only, none of our modules and not Triton: a kernel module, and Triton's
 own, reads TRITON_INTERPRET when it is imported, and that is each child's own
 (device.select sets it).
@@ -14,8 +14,10 @@ own, reads TRITON_INTERPRET when it is imported, and that is each child's own
 What a spawned child got from its parent for free, a forked one is handed:
 - the environment: the server's is the one its parent had when the server
   started. Each child adopts the parent's current one (`Start.environment`)
-  before it imports anything of ours: its target travels as pickled bytes,
-  unpickled after the environment is in place;
+  before its target's module is imported: the target travels as pickled bytes,
+  unpickled after the environment is in place. (The entry points' own modules,
+  child.py and crash.py with what they import, are imported before; none reads a
+  setting when imported, and none imports a kernel module.);
 - SIGINT ignored or not, as the parent decides at the start (child.py's
   `sigint_ignored`), not as it was when the server started.
 
