@@ -37,7 +37,7 @@ HUNG_EXIT = -1000  # not a real exit status: the watchdog stopped a kernel call 
 
 
 def _entry(start: Start, messages: Any, heartbeat: Any) -> None:
-    target, (job,) = start.begin()
+    target, job = start.begin()
     from blocktable.properties.run.calls import watch
 
     watch(heartbeat)

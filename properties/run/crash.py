@@ -40,7 +40,7 @@ TIMED_OUT = Answer(passed=True)  # what a replay that outlasts ANSWER_TIMEOUT_S 
 
 def _replayer(start: Start, programs: Any, answers: Any, heartbeat: Any) -> None:
     """The child: replay each program it is sent, journaling every step first."""
-    _, (job,) = start.begin()
+    (job,) = start.begin()
     from blocktable.properties.run.calls import watch
 
     watch(heartbeat)
@@ -78,7 +78,7 @@ class Replayer:
         self._heartbeat = context.RawValue("d", 0.0)
         self._hung = False
         with sigint_ignored():
-            self._process = context.Process(target=_replayer, args=(Start.of(None, self.job), self._programs,
+            self._process = context.Process(target=_replayer, args=(Start.of(self.job), self._programs,
                                                                      self._answers, self._heartbeat), daemon=True)
             self._process.start()
         self.children_started += 1

@@ -6,10 +6,9 @@ our code runs, and one command starts several children (the run, the confirmatio
 a fresh one after every crash while shrinking); a test suite starts hundreds.
 multiprocessing's fork server imports those libraries once per parent, and every
 child is a fork of it. The parent itself is never forked: it may hold CUDA state,
-which a forked child cannot use. The server imports
-libraries only, none of our modules and not Triton: a kernel module, and Triton's
-own, reads TRITON_INTERPRET when it is imported, and that is each child's own
-(device.select sets it).
+which a forked child cannot use. The server imports libraries only, none of our
+modules and not Triton: a kernel module, and Triton's own, reads TRITON_INTERPRET
+when it is imported, and that is each child's own (device.select sets it).
 
 What a spawned child got from its parent for free, a forked one is handed:
 - the environment: the server's is the one its parent had when the server
@@ -54,23 +53,22 @@ def context() -> Any:
 @dataclass
 class Start:
     """What a child needs before it imports its target: the parent's environment and
-    its SIGINT disposition when it started the child, and the target with its
-    arguments, pickled."""
+    its SIGINT disposition when it started the child, and the objects it is handed
+    (its target, its job), pickled."""
 
     payload: bytes
     environment: dict[str, str]
     ignore_sigint: bool
 
     @classmethod
-    def of(cls, target: Any, *args: Any) -> Start:
-        return cls(pickle.dumps((target, args)), dict(os.environ),
-                   signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    def of(cls, *objects: Any) -> Start:
+        """Made in the parent as it starts the child (inside child.sigint_ignored)."""
+        return cls(pickle.dumps(objects), dict(os.environ), signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
 
-    def begin(self) -> tuple[Any, tuple[Any, ...]]:
-        """In the child: adopt the environment and SIGINT disposition, then the
-        target and its arguments."""
+    def begin(self) -> tuple[Any, ...]:
+        """In the child: adopt the environment and SIGINT disposition, then unpickle
+        the objects."""
         os.environ.clear()
         os.environ.update(self.environment)
         signal.signal(signal.SIGINT, signal.SIG_IGN if self.ignore_sigint else signal.default_int_handler)
-        target, args = pickle.loads(self.payload)
-        return target, args
+        return pickle.loads(self.payload)
