@@ -365,6 +365,10 @@ def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result
                       f"{programs} ({programs / seconds:.1f}/s) / {stats.operations}")
         table.add_row("checked steps", f"{steps} ({steps / seconds:.1f}/s)")
         table.add_row("  of which scheduled tokens", f"{busy} ({busy / seconds:.1f}/s)")
+        if stats.first_failure_s is not None and stats.examples_to_failure is not None:
+            # Finding against shrinking: what a seed's time to a bug is, and what is left.
+            table.add_row("first failing program", f"program {stats.examples_to_failure}, "
+                          f"{stats.first_failure_s:.1f} s in; the rest is shrinking")
         events = stats.events
         table.add_row("events reached", ", ".join(f"{k} ×{v}" for k, v in sorted(events.items())) or "-")
     table.add_row("calls (shrinking included)", calls_text(stats.calls, named or {}))
