@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -84,6 +85,7 @@ def select(preference: str = "auto") -> Backend:
         os.environ[INTERPRET_VARIABLE] = "1"
         _selected = Backend("interpreter", torch.device("cpu"))
         skip_unasserted_overflow_checks()
+        patch_the_language_once_per_launch()
     return _selected
 
 
@@ -109,6 +111,43 @@ def skip_unasserted_overflow_checks() -> bool:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
     except (ImportError, AttributeError, TypeError):
         return False
+    return True
+
+
+def patch_the_language_once_per_launch() -> bool:
+    """Stop Triton's interpreter from patching triton.language again at every call of
+    a `@triton.jit` helper from inside a kernel.
+
+    A launch patches the language (tl.load and the rest become interpreted versions)
+    and restores it at the end; each helper call inside it patches again, walking the
+    whole module with inspect.getmembers, only to find every builtin already replaced.
+    That walk was a quarter of an interpreted lockstep run. A call whose modules are
+    all patched already now skips it (and so has nothing to restore); one that sees a
+    module not yet patched (tl.core where the kernel had only tl) still patches. The
+    language the kernel computes with is the same either way. Returns whether the
+    patch is installed (False where this Triton's interpreter is built otherwise)."""
+    try:
+        from triton import language as tl
+        from triton.runtime import interpreter
+
+        original, empty_scope = interpreter._patch_lang, interpreter._LangPatchScope
+    except (ImportError, AttributeError):
+        return False
+    if getattr(original, "once_per_launch", False):
+        return True
+
+    def patched(lang: object) -> bool:
+        # The patch replaces tl.load first and the rest after it, all or nothing.
+        return not tl.core.is_builtin(getattr(lang, "load", None))
+
+    def patch_lang(fn: Any) -> Any:
+        langs = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
+        if langs and all(patched(lang) for lang in langs):
+            return empty_scope()  # nothing to patch, so nothing for the launch to restore
+        return original(fn)
+
+    patch_lang.once_per_launch = True  # type: ignore[attr-defined]
+    interpreter._patch_lang = patch_lang
     return True
 
 

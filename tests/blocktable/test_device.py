@@ -130,3 +130,48 @@ def test_the_interpreter_skips_only_overflow_checks_it_would_discard(backend):
     wrap[(1,)](x, out)
     expected = ((x.to(torch.int64) * 4 + 2**31) % 2**32 - 2**31).to(torch.int32)
     assert torch.equal(out, expected)
+
+
+def test_the_interpreter_patches_the_language_once_per_launch(backend, monkeypatch):
+    """Under the interpreter, a `@triton.jit` helper called inside a kernel does not
+    walk triton.language again (the launch patched it); the helper still computes
+    with the interpreted operations, and the launch restores the language after."""
+    import inspect
+
+    import triton
+    import triton.language as tl
+
+    if not backend.interpreted:
+        pytest.skip("the interpreter's patching; compiled kernels have none")
+    assert device.patch_the_language_once_per_launch() is True  # installed by select(): idempotent
+
+    @triton.jit
+    def triple(x):
+        return x * 3
+
+    monkeypatch.setitem(globals(), "triple", triple)  # a kernel finds its helpers in its module
+
+    @triton.jit
+    def with_helpers(x_ptr, out_ptr):
+        x = tl.load(x_ptr + tl.arange(0, 4))
+        tl.store(out_ptr + tl.arange(0, 4), triple(triple(x)) + triple(x))
+
+    @triton.jit
+    def inline(x_ptr, out_ptr):
+        x = tl.load(x_ptr + tl.arange(0, 4))
+        tl.store(out_ptr + tl.arange(0, 4), x * 9 + x * 3)
+
+    walks = []
+    getmembers = inspect.getmembers
+    monkeypatch.setattr(inspect, "getmembers", lambda *a, **k: walks.append(1) or getmembers(*a, **k))
+    x = torch.tensor([1, -2, 7, 2**20], dtype=torch.int32)
+    counts, outs = [], []
+    for kernel in (inline, with_helpers):
+        walks.clear()
+        out = torch.zeros_like(x)
+        kernel[(1,)](x, out)
+        counts.append(len(walks))
+        outs.append(out)
+        assert tl.core.is_builtin(tl.load)  # restored after the launch
+    assert counts[0] > 0 and counts[1] == counts[0], counts  # three helper calls, no walk of their own
+    assert torch.equal(outs[0], x * 12) and torch.equal(outs[1], x * 12), outs
