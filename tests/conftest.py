@@ -38,6 +38,17 @@ profiles.collect_less()  # the suite is mostly lockstep runs
 profiles.import_every_module()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    # Before xdist's own: its default for -n hands each worker a contiguous slice of
+    # the suite up front, and the slice that held the end-to-end CLI tests ran on for
+    # minutes after the others were done. With worksteal an idle worker takes half
+    # of the longest queue. An explicit --dist is the user's.
+    if (config.pluginmanager.hasplugin("xdist") and config.getoption("dist") == "no"
+            and config.getoption("numprocesses")):
+        config.option.dist = "worksteal"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # The ci profile is seeded: the same examples on every run and every machine.
     if profiles.active() == "ci" and config.getoption("hypothesis_seed", None) is None:
