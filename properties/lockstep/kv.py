@@ -30,12 +30,13 @@ import numpy as np
 import torch
 
 from blocktable.checks import data_checks
-from blocktable.device import upload
+from blocktable.device import to_host, upload
 from blocktable.plugin import KV_CONTRACTS, KVKernels
 from blocktable.properties.compare import Discrepancy, Handed, raised
 from blocktable.properties.kv import truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
 from blocktable.properties.kv.compare import NAN_NOTE, differing
 from blocktable.properties.kv.data import HOST, fetchable, to_device, token_data
+from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.world import KVConfig
@@ -119,7 +120,8 @@ class KVWorld:
         rng = np.random.default_rng(7)
         self.ref: list[CachePair] = []
         self.impl: list[CachePair] = []
-        self.elements: list[np.ndarray] = []
+        self.elements: list[np.ndarray | None] = []
+        self.mirrors: list[Mirror] = []  # each group's expected cache memory, on the device (kv/mirror.py)
         self.blocks_per_rank: list[int] = []
         for lay in run.layouts:
             per_rank = run.world.num_blocks * lay.kernel_blocks_per_block
@@ -129,12 +131,16 @@ class KVWorld:
             self.blocks_per_rank.append(per_rank)
             self.ref.append(cache_pair(host, kv, blocks, B))
             self.impl.append(cache_pair(to_device(host, self.cache_dtype, run.backend), kv, blocks, B))
-            # The cells that hold a cache element (not a guard, not padding): where an fp8
-            # cache's two NaN codes count as equal (docs/contract.md §9).
-            cells = cache_pair(np.zeros(len(host), dtype=bool), kv, blocks, B)
-            cells.key[...] = True
-            cells.value[...] = True
-            self.elements.append(cells.flat)
+            # An fp8 cache's cells that hold a cache element (not a guard, not padding):
+            # where its two NaN codes count as equal (docs/contract.md §9).
+            elements = None
+            if self.cache_dtype == "uint8":
+                cells = cache_pair(np.zeros(len(host), dtype=bool), kv, blocks, B)
+                cells.key[...] = True
+                cells.value[...] = True
+                elements = cells.flat
+            self.elements.append(elements)
+            self.mirrors.append(Mirror(host, run.backend, elements))
         self.errors: list[Discrepancy] = []
         self.expected_out: list[tuple[np.ndarray, np.ndarray]] = []
         self.step_slots: list[np.ndarray] = []
@@ -181,6 +187,7 @@ class KVWorld:
         for g, lay in enumerate(run.layouts):
             per_rank, P, W = self.blocks_per_rank[g], lay.kernel_blocks_per_block, lay.world
             ref, impl = self.ref[g], self.impl[g]
+            changed: list[np.ndarray] = []  # the flat cells of the reference's memory this step writes
             kernel_pairs = [(R * per_rank + s * P + j, R * per_rank + d * P + j)
                             for R in range(W) for s, d in pairs[g] + self._scratch_pairs(pairs[g]) for j in range(P)]
             if kernel_pairs:
@@ -189,6 +196,7 @@ class KVWorld:
                     self._call("kv-copy", g, self.kernels.copy, [impl.key], [impl.value],
                                upload(torch.from_numpy(mapping), run.backend))
                 ref_kv.copy_blocks([ref.key], [ref.value], mapping)
+                changed += [block_cells(view, ref.flat, mapping[:, 1]) for view in (ref.key, ref.value)]
                 if pairs[g]:
                     run.event(events.KV_COPY)
             self.step_pairs.append(kernel_pairs)
@@ -218,7 +226,10 @@ class KVWorld:
                 run.event(events.KV_FP8)
             ref_kv.write(repeat_for_ranks(host_k, T, W), repeat_for_ranks(host_v, T, W), ref.key, ref.value, ref_slots,
                          **self.options())
-            back += [fetchable(impl.flat), *self._gather(g, written)]
+            block, offset = np.divmod(ref_slots[ref_slots >= 0], lay.kernel_block_size)
+            changed += [entry_cells(view, ref.flat, kv.layout, block, offset) for view in (ref.key, ref.value)]
+            self.mirrors[g].send(np.concatenate(changed))
+            back += [self.mirrors[g].count_differing(impl.flat, run.kernels.strict_nan), *self._gather(g, written)]
         return back
 
     def _scratch_pairs(self, cow: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -285,11 +296,15 @@ class KVWorld:
             raise self.errors[0]
         strict = self.state.kernels.strict_nan
         for g, lay in enumerate(self.state.layouts):
-            flat, out_k, out_v = back[3 * g:3 * g + 3]
-            want = bits(self.ref[g].flat)
-            got = flat.view(want.dtype)
-            differ, only_nans = differing(want, got, self.elements[g] if want.dtype == np.uint8 else False, strict)
-            if differ.any():
+            count, out_k, out_v = back[3 * g:3 * g + 3]
+            if int(count[0]):  # the device found a difference: the whole memory comes back for the report
+                want = bits(self.ref[g].flat)
+                got = to_host([fetchable(self.impl[g].flat)])[0].view(want.dtype)
+                elements = self.elements[g]
+                differ, only_nans = differing(want, got, elements if elements is not None else False, strict)
+                if not differ.any():
+                    raise AssertionError(f"harness: the device counted {int(count[0])} differing cells in group "
+                                         f"{g}'s cache memory, the host none (the mirror left the reference)")
                 i = int(np.argmax(differ))
                 where, rank, slot = locate(self.ref[g], i, self.kv, lay.kernel_block_size, self.blocks_per_rank[g])
                 error = Discrepancy("KV cache", f"{where}{self._owner(g, rank, slot)}: expected bits "
