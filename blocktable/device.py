@@ -19,6 +19,9 @@ import torch
 
 INTERPRET_VARIABLE = "TRITON_INTERPRET"
 CHOICES = ("auto", "cpu", "cuda")
+# "1": this process's waits on the GPU sleep rather than spin (block_while_waiting).
+BLOCKING_SYNC_VARIABLE = "BLOCKTABLE_BLOCKING_SYNC"
+CU_CTX_SCHED_BLOCKING_SYNC = 0x04  # the driver's flag (cuda.h)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ def select(preference: str = "auto") -> Backend:
                            f"call blocktable.device.select() first")
     if use_gpu:
         os.environ.pop(INTERPRET_VARIABLE, None)
+        if os.environ.get(BLOCKING_SYNC_VARIABLE) == "1":
+            block_while_waiting()  # before torch.cuda.current_device() makes the context
         _selected = Backend("cuda", torch.device("cuda", torch.cuda.current_device()))
     else:
         os.environ[INTERPRET_VARIABLE] = "1"
@@ -87,6 +92,33 @@ def select(preference: str = "auto") -> Backend:
         skip_unasserted_overflow_checks()
         patch_the_language_once_per_launch()
     return _selected
+
+
+def block_while_waiting() -> bool:
+    """Make every GPU's primary context (the one torch uses) sleep in its waits for the
+    device instead of spinning on a core, through the driver's
+    cuDevicePrimaryCtxSetFlags_v2. A waiting process then leaves its core to others:
+    where more processes share a host than it has cores to spare (a test suite's
+    workers and their children), a spinning wait burns CPU they need; a lone fuzzing
+    process wakes a little later from a sleep than from a spin, so this is opt-in
+    (BLOCKTABLE_BLOCKING_SYNC=1). Returns whether every device took the flag (False
+    where there is no driver library or a call fails: the waits then spin, as before)."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int()
+        if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return False
+        for ordinal in range(count.value):
+            handle = ctypes.c_int()
+            if driver.cuDeviceGet(ctypes.byref(handle), ordinal) != 0:
+                return False
+            if driver.cuDevicePrimaryCtxSetFlags_v2(handle, ctypes.c_uint(CU_CTX_SCHED_BLOCKING_SYNC)) != 0:
+                return False
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def skip_unasserted_overflow_checks() -> bool:
