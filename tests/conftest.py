@@ -27,10 +27,6 @@ def _pin_worker_gpu() -> None:
         torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
 
 
-# A GPU runner's workers and the processes they start share the host's cores, and the
-# suite is bound by them: a wait on the GPU sleeps rather than spins (blocktable/device.py,
-# block_while_waiting), in this process and, through the environment, in its children.
-os.environ.setdefault(device.BLOCKING_SYNC_VARIABLE, "1")
 _pin_worker_gpu()
 # Before any kernel module is imported: the GPU when there is one, else the
 # interpreter (BLOCKTABLE_DEVICE=cpu forces it on a GPU machine).

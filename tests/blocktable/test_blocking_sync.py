@@ -44,7 +44,3 @@ def test_it_says_whether_the_driver_took_it_and_selects_as_before():
     took, name = out.stdout.split()
     assert name == "interpreter"
     assert took == str(torch.cuda.is_available())  # a GPU host has the driver; the CPU machines have none
-
-
-def test_the_suite_asks_for_it():
-    assert os.environ.get(device.BLOCKING_SYNC_VARIABLE) in ("0", "1")
