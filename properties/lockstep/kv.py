@@ -5,14 +5,15 @@ default, or the plug-ins named by `--kv-write`, `--kv-copy`, `--kv-gather`).
 Each step, for each group: the copy-on-write pairs are copied (every kernel block of
 each allocation block), with up to two scratch copies onto free blocks, every
 scheduled token's key and value rows are written through the slot mappings the
-slot-mapping kernel returned, and the sequences the
-step computed are gathered back through the implementation's device table. The
-numpy reference does the same through the reference's slot mappings, pairs and
-table (kv/truth.py: reference/kv.py's reading, vectorized, so that long
-rows and large batches cost little). After the step the whole of each group's cache memory is compared bit for
-bit with the reference's (guard cells before and after, padding between heads, and
-every block the step did not touch included), then the gathered rows, padding rows
-past the last length included.
+slot-mapping kernel returned, and the sequences the step computed are gathered back
+through the implementation's device table. The numpy reference does the same through
+the reference's slot mappings, pairs and table (kv/truth.py: reference/kv.py's
+reading, vectorized, so that long rows and large batches cost little). After the step
+the whole of each group's cache memory (guard cells before and after, padding between
+heads, and every block the step did not touch included) is compared bit for bit with
+the reference's, on the device, against a copy of the reference's memory kept there
+(kv/mirror.py); the memory comes back whole only to report a difference. Then the
+gathered rows are compared, padding rows past the last length included.
 
 A group's DCP ranks share one cache pair: rank R's blocks follow rank R-1's, its
 slots and table ids shifted by R * (blocks per rank). That is one write, one copy
@@ -303,8 +304,7 @@ class KVWorld:
                 elements = self.elements[g]
                 differ, only_nans = differing(want, got, elements if elements is not None else False, strict)
                 if not differ.any():
-                    raise AssertionError(f"harness: the device counted {int(count[0])} differing cells in group "
-                                         f"{g}'s cache memory, the host none (the mirror left the reference)")
+                    self._stray_write(g, want)
                 i = int(np.argmax(differ))
                 where, rank, slot = locate(self.ref[g], i, self.kv, lay.kernel_block_size, self.blocks_per_rank[g])
                 error = Discrepancy("KV cache", f"{where}{self._owner(g, rank, slot)}: expected bits "
@@ -326,6 +326,22 @@ class KVWorld:
                                         group=g, index=(row, head, dim))
                     error.notes += [NAN_NOTE] if only_nans else []
                     raise error
+
+    def _stray_write(self, g: int, want: np.ndarray) -> None:
+        """The device counted a difference the host does not see: the mirror no longer
+        holds the reference's memory. Only the harness writes it, from the reference,
+        so something else wrote into it, a kernel writing far outside its caches the
+        likeliest; said as that, with the first cell changed."""
+        mirror = to_host([self.mirrors[g].expected])[0].view(want.dtype)
+        stray = np.flatnonzero(mirror != want)
+        if not len(stray):
+            raise AssertionError(f"harness: the device counted differing cells in group {g}'s cache memory, "
+                                 f"and neither the caches nor the harness's copy of them differ on the host")
+        i = int(stray[0])
+        raise Discrepancy("KV cache", f"memory outside the caches was written: the harness's own device copy of "
+                          f"the expected cache memory changed in {len(stray)} cells, first cell {i - GUARD} "
+                          f"(expected bits {int(want[i]):#x}, found {int(mirror[i]):#x}); the caches themselves "
+                          f"hold what they should", group=g, index=(i,))
 
     def _owner(self, g: int, rank: int | None, slot: int | None) -> str:
         """Which of this step's tokens the reference wrote into that slot, if any."""

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from blocktable.device import to_host
+from blocktable.properties.compare import Discrepancy
 from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells
 from blocktable.properties.lockstep.driver import Lockstep
 from blocktable.properties.lockstep.kv import cache_pair, flat_size
@@ -77,3 +78,18 @@ def test_the_mirror_equals_the_reference_after_every_step(backend, kv):
         for g, mirror in enumerate(run.kv.mirrors):
             assert np.array_equal(to_host([mirror.expected])[0], bits_of(run.kv.ref[g].flat)), (step, g)
     assert run.events["KV blocks copied on write"] and run.steps_with_tokens == 4
+
+
+def test_a_write_into_the_harness_copy_is_told_as_a_write_outside_the_caches(backend):
+    """Only the harness writes the mirror, from the reference: when the device counts a
+    difference and the caches equal the reference on the host, something wrote into the
+    mirror itself (a kernel far outside its caches), and the report says so."""
+    world = WorldConfig(groups=(GroupConfig(16, 16),), num_blocks=8, max_num_reqs=2, max_model_len=64,
+                        max_num_batched_tokens=16, kv=KVS[0])
+    run = Lockstep(world, plugins_for("triton", {}, backend), backend)
+    run.apply({"op": "add"})
+    run.apply({"op": "step", "query": [3]})
+    run.kv.mirrors[0].expected[5] ^= 1  # a guard cell no step writes
+    with pytest.raises(Discrepancy, match=r"KV cache: memory outside the caches was written: the harness's own "
+                                          r"device copy .* changed in 1 cells, first cell -59"):
+        run.apply({"op": "step", "query": [1]})
