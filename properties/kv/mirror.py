@@ -1,5 +1,5 @@
-"""The reference's KV cache memory, mirrored on the device (docs/design.md, "Comparing
-caches where they live").
+"""The reference's KV cache memory, mirrored on the device (docs/design.md, the
+lockstep's KV worlds).
 
 A lockstep step changes a few cells of the reference's cache memory: the slots it
 wrote and the blocks it copied. Bringing the implementation's whole cache memory back
@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from blocktable.device import Backend, upload
+from blocktable.kv import bits as device_bits
 from blocktable.properties.kv.data import SIGNED
 
 FP8_NAN_LOW_BITS = 0x7F  # e4m3fn's two NaN codes, 0x7F and 0xFF, are the codes whose low seven bits are all set
@@ -54,13 +55,6 @@ def block_cells(view: np.ndarray, flat: np.ndarray, block: np.ndarray) -> np.nda
     return (base + block.astype(np.int64)[:, None] * strides[0] + inner).reshape(-1)
 
 
-def bit_view(t: torch.Tensor) -> torch.Tensor:
-    """A device buffer's memory as the signed integers of its item size (torch has no
-    uint16 or uint32 arithmetic): compared as these, -0.0 is not 0.0 and a NaN equals
-    only the same bits."""
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
 class Mirror:
     """The device copy of one host buffer (`host`, the reference's flat cache memory),
     kept equal to it by `send`, and compared with the implementation's buffer by
@@ -88,7 +82,7 @@ class Mirror:
         implementation's buffer, the host's shape and item size) differ in their bits
         from the mirror, fp8 NaN codes counted equal in `elements` unless `strict_nan`.
         Nothing waits for the device."""
-        got = bit_view(actual)
+        got = device_bits(actual)  # compared as integers: -0.0 is not 0.0, a NaN equals only its own bits
         differ = got != self.expected
         if self.elements is not None and not strict_nan:
             low = FP8_NAN_LOW_BITS

@@ -37,7 +37,7 @@ from blocktable.properties.compare import Discrepancy, Handed, raised
 from blocktable.properties.kv import truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
 from blocktable.properties.kv.compare import NAN_NOTE, differing
 from blocktable.properties.kv.data import HOST, fetchable, to_device, token_data
-from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells
+from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells, view_cells
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.world import KVConfig
@@ -85,11 +85,9 @@ def locate(pair: CachePair, index: int, kv: KVConfig, block_size: int,
     the (rank, slot) of the cache element there (None, None: a guard or padding cell)."""
     if index < GUARD:
         return f"the guard cells before the caches (cell {index - GUARD})", None, None
-    base = pair.flat.__array_interface__["data"][0]
-    item = pair.flat.itemsize
     for name, view in (("key", pair.key), ("value", pair.value)):
-        rest = index - (view.__array_interface__["data"][0] - base) // item
-        steps = [s // item for s in view.strides]
+        start, steps = view_cells(view, pair.flat)
+        rest = index - start
         at = [0] * view.ndim
         for dim in sorted(range(view.ndim), key=lambda d: -steps[d]):
             at[dim] = rest // steps[dim] if steps[dim] else 0

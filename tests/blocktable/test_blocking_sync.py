@@ -13,7 +13,7 @@ from blocktable import device
 
 # The scheduling bits of the context torch made, read back from the driver.
 READ_FLAGS = """
-import ctypes, os, sys
+import ctypes
 from blocktable import device
 backend = device.select("cuda")
 import torch
