@@ -61,6 +61,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stateless", action="store_true",
                    help="batched stateless fuzzing of the slot-mapping kernel alone, or with --kv-* or --v2-*, of "
                         "each KV or V2 block-table kernel named (see docs/cli.md)")
+    p.add_argument("--max-tokens", type=int, metavar="T",
+                   help="--stateless: the size slot-mapping batches are drawn for, 1 to T tokens (a batch of "
+                        "many requests may hold up to 8 T, and 512 at least); default 4096 under the interpreter, "
+                        "on a GPU 2**24 or less, so that every worker's largest batch fits in its memory")
     p.add_argument("--shrink-seconds", type=float, default=120, metavar="S",
                    help="when the kernel kills its process, spend up to S seconds replaying smaller "
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
@@ -119,6 +123,13 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--minutes must be a number > 0, got {args.minutes}")
     if not (args.shrink_seconds >= 0 and math.isfinite(args.shrink_seconds)):
         raise UsageError(f"--shrink-seconds must be a number >= 0, got {args.shrink_seconds}")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UsageError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    family_named = any(getattr(args, f"kv_{kind}", None) is not None for kind in KV_KINDS) or \
+        any(getattr(args, f"v2_{kind}", None) is not None for kind in V2_KINDS)
+    if args.max_tokens is not None and (not args.stateless or family_named):
+        raise UsageError("--max-tokens sizes the batches of --stateless slot-mapping fuzzing: add --stateless "
+                         "(without --kv-* or --v2-*), or drop it")
     if args.database_readonly and args.database is None:
         raise UsageError("--database-readonly needs --database: the shared database to read")
     named = [f"--kv-{kind}" for kind in KV_KINDS if getattr(args, f"kv_{kind}", None) is not None]
@@ -199,7 +210,8 @@ def _run(args: argparse.Namespace) -> int:
               profile=args.profile, out=str(args.out), journal=str(journal), verbose=args.verbose,
               database=database, database_readonly=args.database_readonly, kv=kv, strict_nan=args.strict_nan, v2=v2,
               classes=classes, deadline=budget.deadline if budget else None,
-              shrink_deadline=budget.shrink_until if budget else None, call_timeout=args.call_timeout or None)
+              shrink_deadline=budget.shrink_until if budget else None, call_timeout=args.call_timeout or None,
+              max_tokens=args.max_tokens)
     until = budget.end if budget else None
     target: Target
     if args.stateless and kv:  # the KV kernels named, each alone (run/stateless.py)

@@ -55,6 +55,13 @@ def worker_jobs(job: Job, jobs: int, out: Path) -> list[Job]:
     return result
 
 
+def sharing_devices(work: list[Job], places: list[Placement]) -> list[Job]:
+    """Each worker's job told how many workers share its GPU (a placement without
+    one: the one device all such workers use)."""
+    sharing = Counter(place.gpu for place in places)
+    return [dataclasses.replace(job, device_sharers=sharing[place.gpu]) for job, place in zip(work, places)]
+
+
 def merged(stats: list[Stats]) -> Stats:
     """The workers' totals; elapsed is the longest worker's."""
     total = Stats(examples=sum(s.examples for s in stats), steps=sum(s.steps for s in stats),
@@ -82,6 +89,7 @@ def run(target: Target, job: Job, jobs: int, out: Path, kernel: str, detail: Any
     """Run the workers behind the live display. detail(stats) is the line's text."""
     work = worker_jobs(job, jobs, out)
     places = placements(len(work), visible_gpus(job.device))
+    work = sharing_devices(work, places)
     stats = [Stats() for _ in work]
     minutes = job.minutes
     progress: Bars | None = None

@@ -291,7 +291,8 @@ def stateless_crash(header: dict[str, Any], exitcode: int | None) -> str:
     return (f"blocktable: the process running the kernel {describe_exit(exitcode)} during stateless batch "
             f"{header['batch']}\n  kernel:  {header['kernel']}\n  device:  {header.get('device', 'unknown')}\n"
             f"  config:  {config}\n  no case file (the batch is too big to journal); the same seed "
-            f"repeats it: blocktable fuzz --stateless --seed {header['seed']} --kernel {header['kernel']}")
+            f"repeats it: blocktable fuzz --stateless --seed {header['seed']} --kernel {header['kernel']}"
+            + (f" --max-tokens {header['max_tokens']}" if "max_tokens" in header else ""))
 
 
 def kv_stateless_crash(header: dict[str, Any], exitcode: int | None) -> str:

@@ -56,6 +56,10 @@ class Job:
     # `deadline`; Hypothesis's shrinking of a finding stops at `shrink_deadline`.
     deadline: float | None = None
     shrink_deadline: float | None = None
+    # The stateless slot-mapping batches' cap on tokens (--max-tokens); None: sized to the
+    # device (run/stateless.py `batch_cap`), which `device_sharers` processes of this run share.
+    max_tokens: int | None = None
+    device_sharers: int = 1
     # Seconds a kernel call may take before the parent stops the child as hung; None: no watchdog.
     call_timeout: float | None = None
 

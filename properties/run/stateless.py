@@ -87,6 +87,38 @@ def run_batch(kernel: Any, config: dict[str, int], qsl: torch.Tensor, positions:
                                       actual=got)), token, call
 
 
+# A stateless batch's size: the tokens a batch is drawn for, at most (slot/draw.py's
+# `random_call`; its mixed shape may make up to 8 times as many). A batch's time on a
+# GPU is mostly fixed costs: batches of up to 2**20 tokens checked 0.115G tokens/s (an
+# H200), of up to 2**24 1.4G (an H100; docs/results.md). Under the interpreter calls
+# stay small.
+INTERPRETED_CAP = 4096
+LARGEST_CAP = 1 << 24
+SMALLEST_CAP = 1 << 16
+# Bytes of device memory a batch can hold at its peak, per token of the cap: up to 8
+# tokens per token of the cap, each with some 25 int64 values alive at once (the draw,
+# the truth, the guarded buffers, the copies that show what the kernel was handed);
+# 150 bytes per token were measured at the peak on the CPU.
+WORST_BYTES_PER_CAP_TOKEN = 8 * 25 * 8
+
+
+def batch_cap(total_bytes: int, sharers: int) -> int:
+    """The default cap on a GPU of `total_bytes` of memory that `sharers` processes of
+    the run fuzz on at once: each one's largest batch fits beside the others'. It
+    depends on the device and --jobs only, not on what is free at the time, so the
+    same seed on the same kind of GPU repeats the same batches."""
+    fits = total_bytes // (max(1, sharers) * WORST_BYTES_PER_CAP_TOKEN)
+    return max(SMALLEST_CAP, min(LARGEST_CAP, fits))
+
+
+def stateless_cap(job: Job, backend: Any) -> int:
+    if job.max_tokens is not None:
+        return job.max_tokens
+    if backend.interpreted:
+        return INTERPRETED_CAP
+    return batch_cap(torch.cuda.get_device_properties(backend.device).total_memory, job.device_sharers)
+
+
 def stateless_child(job: Job, send: Send) -> None:
     ready = prepare(job, send)
     if ready is None:
@@ -97,7 +129,7 @@ def stateless_child(job: Job, send: Send) -> None:
     rng = np.random.default_rng(job.seed)
     gen = torch.Generator(device=device)
     gen.manual_seed(job.seed)
-    max_tokens = 4096 if backend.interpreted else 1 << 20
+    max_tokens = stateless_cap(job, backend)
     # A batch is too big to journal; its number, seed and shape are enough to say
     # where a crash happened and how to repeat it (same seed, same device).
     journal = Journal(job.journal_path())
@@ -113,7 +145,8 @@ def stateless_child(job: Job, send: Send) -> None:
         expected = slot_mapping_vectorized(qsl, positions, table, tmax, **config)
         journal.start({"kind": "stateless-batch", "kernel": job.kernel, "device": backend.describe(),
                        "batch": done + 1, "seed": job.seed, "config": config,
-                       "requests": qsl.numel() - 1, "tokens": positions.numel(), "max_num_tokens": tmax})
+                       "requests": qsl.numel() - 1, "tokens": positions.numel(), "max_num_tokens": tmax,
+                       "max_tokens": max_tokens})
         seen, token, buffers = run_batch(kernel, config, qsl, positions, table, tmax, expected)
         if not seen.passed:
             # The same batch again in the same memory, before anything else runs: a

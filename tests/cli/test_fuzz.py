@@ -180,7 +180,25 @@ def test_a_crash_in_a_stateless_batch_says_which_and_how_to_repeat_it(cli, tmp_p
     assert "was killed by signal SIGSEGV during stateless batch" in out
     tokens = int(out.split(" requests, ")[1].split(" tokens")[0])
     assert tokens > 1000
-    assert f"blocktable fuzz --stateless --seed 3 --kernel {path}:slot_mapping" in out
+    assert f"blocktable fuzz --stateless --seed 3 --kernel {path}:slot_mapping --max-tokens 4096" in out
+    # The command said repeats it: the same batch crashes again.
+    batch = out.split("during stateless batch ")[1].split()[0]
+    code, again = cli("fuzz", "--stateless", "--seed", "3", "--kernel", f"{path}:slot_mapping", "--max-tokens", "4096",
+                      "--out", str(tmp_path / "again"), *ON_THE_CPU)
+    assert code == 1 and f"during stateless batch {batch}\n" in again, again
+
+
+def test_stateless_batches_are_drawn_for_at_most_max_tokens(cli, tmp_path, plugin_file):
+    # A kernel that crashes on a call of more than 512 tokens: the most that a cap of
+    # 64 can give (the mixed shape: up to 256 requests of up to 2 tokens each), where
+    # the default cap (4096 here) reaches it at once.
+    path = crashing_plugin(tmp_path / "crash_on_big.py", plugin_file(name="good.py"), "positions.numel() > 512")
+    code, out = cli("fuzz", "--stateless", "--kernel", f"{path}:slot_mapping", "--examples", "60", "--max-tokens",
+                    "64", "--out", str(tmp_path / "capped"), *ON_THE_CPU)
+    assert code == 0 and "60 / " in out, out
+    code, out = cli("fuzz", "--stateless", "--kernel", f"{path}:slot_mapping", "--examples", "60",
+                    "--out", str(tmp_path / "default"), *ON_THE_CPU)
+    assert code == 1 and "during stateless batch" in out, out
 
 
 # Usage errors: tests/cli/test_usage.py.

@@ -113,6 +113,11 @@ USAGES = [
      "kv_cache_dtype, k_scale, v_scale have no default"),
     # fuzz: the budget and the rest
     (["fuzz", "--examples", "0"], "--examples must be >= 1, got 0"),
+    (["fuzz", "--stateless", "--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
+    (["fuzz", "--max-tokens", "100"], "--max-tokens sizes the batches of --stateless slot-mapping fuzzing"),
+    (["fuzz", "--stateless", "--kv-write", "torch", "--max-tokens", "100"],
+     "--max-tokens sizes the batches of --stateless slot-mapping fuzzing: add --stateless (without --kv-* or "
+     "--v2-*), or drop it"),
     (["fuzz", "--examples", "-3"], "--examples must be >= 1, got -3"),
     (["fuzz", "--examples", "abc"], "invalid int value: 'abc'"),
     (["fuzz", "--minutes", "0"], "--minutes must be a number > 0, got 0.0"),
