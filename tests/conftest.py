@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,42 @@ profiles.collect_less()  # the suite is mostly lockstep runs
 # Hypothesis mixes literals of every local module in sys.modules into its draws: with
 # all of them imported first, every process draws the same examples.
 profiles.import_every_module()
+
+
+def _local_modules_outside_the_package() -> list[str]:
+    """Modules imported since the last look whose literals Hypothesis would mix into
+    its draws (its own rule for a local module), other than blocktable's own."""
+    try:
+        from hypothesis.internal.constants_ast import is_local_module_file
+    except ImportError:  # another Hypothesis: its rule is not ours to guess
+        return []
+    found = []
+    for name, module in list(sys.modules.items()):
+        if id(module) in _SEEN_MODULES:
+            continue
+        _SEEN_MODULES.add(id(module))
+        file = getattr(module, "__file__", None)
+        if (file and os.path.isabs(file) and name.split(".")[0] != "blocktable"
+                and is_local_module_file(file)):
+            found.append(f"{name} ({file})")
+    return found
+
+
+_SEEN_MODULES: set[int] = set()
+_local_modules_outside_the_package()  # what is here now is the same in every process
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_local_module() -> Any:
+    """A test that leaves a module of its own in sys.modules (a plug-in or probe written
+    to a scratch folder and imported by name) changes what every later seeded test in
+    this worker draws, since Hypothesis reads the literals of every local module there:
+    the same seed then gives other programs depending on which tests ran before. Such a
+    module belongs under tests/, which Hypothesis leaves out."""
+    yield
+    stray = _local_modules_outside_the_package()
+    assert not stray, ("this test left modules in sys.modules whose literals change later draws: "
+                       + ", ".join(stray) + " (put such a module under tests/, or import it without sys.modules)")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -21,38 +22,19 @@ from blocktable.properties.run.workers import (
     usable_cores,
 )
 
-# A target a spawned worker can import (the test puts its folder on sys.path, which
-# spawn hands to the child): it reports where it runs, then does what its seed says.
-PROBE = '''
-import json, os, sys, time
-import torch
-from blocktable.properties.run.messages import Log, Progress, Result, Stats
-from blocktable.properties.run.workers import THREAD_VARIABLES
-
-
-def probe(job, send):
-    send(Log(json.dumps({"env": {k: os.environ.get(k) for k in THREAD_VARIABLES}, "cores": sorted(os.sched_getaffinity(0)),
-                         "threads": torch.get_num_threads(), "interop": torch.get_num_interop_threads(),
-                         "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")})))
-    if job.seed == 0:
-        send(Result("pass"))
-    elif job.seed == 1:
-        send(Result("fail"))
-    elif job.seed == 2:
-        os._exit(3)
-    else:
-        time.sleep(120)
-        send(Result("pass"))
-'''
+TARGETS = Path(__file__).parent / "targets"
 
 
 @pytest.fixture
-def probe(tmp_path, monkeypatch):
-    (tmp_path / "worker_probe.py").write_text(PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import importlib
+def probe(monkeypatch):
+    """The spawned workers' target (targets/worker_probe.py). It lives under tests/,
+    which Hypothesis leaves out when it mixes the literals of local modules into its
+    draws: a probe module written to a scratch folder and imported stayed in this
+    worker's sys.modules and changed what every later seeded test in it drew."""
+    monkeypatch.syspath_prepend(str(TARGETS))
+    import worker_probe
 
-    return importlib.import_module("worker_probe").probe
+    return worker_probe.probe
 
 
 def test_jobs_is_a_whole_number_or_auto():
