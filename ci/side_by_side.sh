@@ -12,6 +12,11 @@
 #   A_ARGS, B_ARGS: optional extra `fuzz` arguments for each side, for example
 #                 B_ARGS="--pool ours" (our pool through the class path, beside the direct one)
 #   CORES_A, CORES_B: the two core sets (default 2-3 and 4-5); DEVICE: cuda (default) or cpu
+#   WARM: "short" (default): one 20-program run of A before the pair fills Triton's
+#                 compile cache with the common kernels; "same": each side first runs
+#                 the measured command once (both at once, on their own cores), so the
+#                 measured runs compile nothing that the same seed's programs need, and
+#                 the ratio is the cost of a step, not of Triton's compiles on first use
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=$1; B=$2; MINUTES=${3:-1}; SEED=${4:-1}
@@ -39,6 +44,9 @@ fuzz() {  # SIDE CORES ENV LABEL ARGS
 # One short run first, so that both sides find Triton's compile cache warm.
 (cd "$work" && PYTHONPATH="$work/a" python -c "import sys; from blocktable.cli.main import main; sys.exit(main())" \
   fuzz --examples 20 --device "$DEVICE" --out "$work/warm" > /dev/null 2>&1) || true
+if [ "${WARM:-short}" = same ]; then
+  fuzz a "$CORES_A" "${A_ENV:-}" a0 "${A_ARGS:-}" & fuzz b "$CORES_B" "${B_ENV:-}" b0 "${B_ARGS:-}" & wait
+fi
 fuzz a "$CORES_A" "${A_ENV:-}" a1 "${A_ARGS:-}" & fuzz b "$CORES_B" "${B_ENV:-}" b1 "${B_ARGS:-}" & wait
 fuzz a "$CORES_B" "${A_ENV:-}" a2 "${A_ARGS:-}" & fuzz b "$CORES_A" "${B_ENV:-}" b2 "${B_ARGS:-}" & wait
 rate() { grep -E "^│ checked steps" "$work/$1.txt" | grep -oE "\(([0-9.]+)/s\)" | tr -d '(/s)'; }
