@@ -112,6 +112,7 @@ def batch_cap(total_bytes: int, sharers: int) -> int:
 
 
 def stateless_cap(job: Job, backend: Any) -> int:
+    """The cap this child draws its batches for: --max-tokens, else the default."""
     if job.max_tokens is not None:
         return job.max_tokens
     if backend.interpreted:
