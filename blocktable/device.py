@@ -83,8 +83,7 @@ def select(preference: str = "auto") -> Backend:
                            f"call blocktable.device.select() first")
     if use_gpu:
         os.environ.pop(INTERPRET_VARIABLE, None)
-        if os.environ.get(BLOCKING_SYNC_VARIABLE) == "1":
-            block_while_waiting()  # before torch.cuda.current_device() makes the context
+        block_while_waiting_if_asked()  # before torch.cuda.current_device() makes the context
         _selected = Backend("cuda", torch.device("cuda", torch.cuda.current_device()))
     else:
         os.environ[INTERPRET_VARIABLE] = "1"
@@ -119,6 +118,12 @@ def block_while_waiting() -> bool:
     except (OSError, AttributeError):
         return False
     return True
+
+
+def block_while_waiting_if_asked() -> None:
+    """block_while_waiting(), where BLOCKTABLE_BLOCKING_SYNC=1 asks for it."""
+    if os.environ.get(BLOCKING_SYNC_VARIABLE) == "1":
+        block_while_waiting()
 
 
 def skip_unasserted_overflow_checks() -> bool:

@@ -23,8 +23,7 @@ def _pin_worker_gpu() -> None:
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and torch.cuda.is_available() and torch.cuda.device_count() > 1:
-        if os.environ.get(device.BLOCKING_SYNC_VARIABLE) == "1":
-            device.block_while_waiting()  # before set_device makes the context
+        device.block_while_waiting_if_asked()  # before set_device makes the context
         torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
 
 

@@ -117,6 +117,8 @@ def _interrupted(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> None:
+    named = [f"--kv-{kind}" for kind in KV_KINDS if getattr(args, f"kv_{kind}", None) is not None]
+    named_v2 = [f"--v2-{kind}" for kind in V2_KINDS if getattr(args, f"v2_{kind}", None) is not None]
     if args.examples is not None and args.examples < 1:
         raise UsageError(f"--examples must be >= 1, got {args.examples}")
     if args.minutes is not None and not (math.isfinite(args.minutes) and args.minutes > 0):
@@ -125,15 +127,12 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--shrink-seconds must be a number >= 0, got {args.shrink_seconds}")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise UsageError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-    family_named = any(getattr(args, f"kv_{kind}", None) is not None for kind in KV_KINDS) or \
-        any(getattr(args, f"v2_{kind}", None) is not None for kind in V2_KINDS)
-    if args.max_tokens is not None and (not args.stateless or family_named):
+    if args.max_tokens is not None and (not args.stateless or named or named_v2):
         raise UsageError("--max-tokens sizes the batches of --stateless slot-mapping fuzzing: add --stateless "
                          "(without --kv-* or --v2-*), or drop it")
     if args.database_readonly and args.database is None:
         raise UsageError("--database-readonly needs --database: the shared database to read")
-    named = [f"--kv-{kind}" for kind in KV_KINDS if getattr(args, f"kv_{kind}", None) is not None]
-    if args.stateless and named and any(getattr(args, f"v2_{kind}", None) is not None for kind in V2_KINDS):
+    if args.stateless and named and named_v2:
         raise UsageError(f"--stateless fuzzes the KV kernels or the V2 block-table kernels named, not both in one "
                          f"run: drop {named[0]} or the --v2-* flags")
     for kind in CLASS_KINDS:
@@ -144,7 +143,6 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--table puts a table class under test with its own compute_slot_mapping, so the lockstep "
                          f"calls no slot-mapping kernel: drop --kernel {args.kernel} (or put that kernel in the "
                          f"class)")
-    named_v2 = [f"--v2-{kind}" for kind in V2_KINDS if getattr(args, f"v2_{kind}", None) is not None]
     if getattr(args, "table_v2", None) is not None and named_v2:
         raise UsageError(f"--table-v2 puts a V2 table class under test with its own kernels, so the lockstep calls "
                          f"no V2 kernel plug-in: drop {named_v2[0]} (or put that kernel in the class)")
