@@ -4,6 +4,7 @@ bad-input test uses (raised the right error, named the value, changed nothing)."
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import re
 import sys
@@ -54,9 +55,20 @@ def _local_modules_outside_the_package() -> list[str]:
         _SEEN_MODULES.add(id(module))
         file = getattr(module, "__file__", None)
         if (file and os.path.isabs(file) and name.split(".")[0] != "blocktable"
-                and is_local_module_file(file)):
+                and is_local_module_file(file) and has_source(module)):
             found.append(f"{name} ({file})")
     return found
+
+
+def has_source(module: Any) -> bool:
+    """Whether Hypothesis can read literals from the module: it reads them from the
+    module's source (inspect.getsourcefile), so an extension module has none. Triton's
+    launchers on a GPU are such modules, loaded from its cache folder, which is local
+    by Hypothesis's rule."""
+    try:
+        return inspect.getsourcefile(module) is not None
+    except TypeError:  # a built-in module
+        return False
 
 
 _SEEN_MODULES: set[int] = set()

@@ -45,3 +45,29 @@ def test_draws_do_not_depend_on_what_ran_before(tmp_path):
     after = draws(tmp_path, ["test_a_imports.py", "test_b_draws.py"], "after.txt")
     assert len(alone) >= 10
     assert alone == after
+
+
+def test_the_stray_module_check_names_modules_with_source_only(tmp_path):
+    """tests/conftest.py fails a test that leaves a local module in sys.modules, since
+    Hypothesis would mix the module's literals into later draws. It reads them from
+    source, so an extension module (a Triton launcher loaded from its cache folder on
+    a GPU) changes nothing and must not fail the test that compiled it."""
+    import types
+
+    here = Path(__file__).with_name("conftest.py")
+    conftest = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(here))
+    source = tmp_path / "stray_probe.py"
+    source.write_text("LIMIT = 12345\n")
+    launcher = tmp_path / "launcher_probe.cpython-311-x86_64-linux-gnu.so"
+    launcher.write_bytes(b"")
+    modules = {}
+    for name, path in (("stray_probe", source), ("launcher_probe", launcher)):
+        modules[name] = types.ModuleType(name)
+        modules[name].__file__ = str(path)
+    try:
+        sys.modules.update(modules)
+        found = conftest._local_modules_outside_the_package()
+    finally:
+        for name in modules:
+            sys.modules.pop(name, None)
+    assert found == [f"stray_probe ({source})"]

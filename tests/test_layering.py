@@ -207,12 +207,14 @@ def test_no_module_is_over_400_lines_and_properties_keeps_few_at_its_top():
     assert len(top) <= 6, top
 
 
-def test_no_module_but_the_kernels_imports_triton():
+def test_no_module_but_the_kernels_imports_triton(tmp_path):
     """Triton reads TRITON_INTERPRET once it is imported, and the backend is chosen
     only after a child process has imported the harness (blocktable/device.py): a
     module that imports triton at its top breaks the interpreter for every kernel
     (each launch then fails with "Cannot call @triton.jit'd outside of the scope of
-    a kernel"). In a fresh process, every module outside blocktable.kernels."""
+    a kernel"). In a fresh process, every module outside blocktable.kernels, started
+    outside the checkout: there `-c` would find the source folder blocktable/ before an
+    installed (not editable) package, and it lacks the other three."""
     import subprocess
 
     program = (
@@ -226,6 +228,7 @@ def test_no_module_but_the_kernels_imports_triton():
         "                sys.exit(print(info.name))\n"
     )
     env = {k: v for k, v in __import__("os").environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "", f"triton imported at the top of (or through) {done.stdout.strip()}"

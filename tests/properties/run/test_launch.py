@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -53,16 +54,31 @@ def test_a_childs_target_is_imported_in_the_parents_environment_of_the_moment(pr
     assert (first["at_import"], second["at_import"]) == ("first", "second")
 
 
-def test_a_child_ignores_sigint_exactly_when_its_parent_starts_it_from_the_main_thread(probe):
+@pytest.fixture(params=["Python's own handler", "ignored"])
+def parent_sigint(request):
+    """The SIGINT disposition this process has when the test starts its children, set
+    for the test and put back after: a suite started in the background by a shell
+    without job control (`pytest -n auto &`, as some CI scripts do) runs its workers
+    with SIGINT ignored from the start, and a child started from a thread takes
+    whatever the parent has."""
+    handler = signal.default_int_handler if request.param == "Python's own handler" else signal.SIG_IGN
+    previous = signal.signal(signal.SIGINT, handler)
+    yield "KeyboardInterrupt" if handler is signal.default_int_handler else "ignored"
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_child_ignores_sigint_exactly_when_its_parent_starts_it_from_the_main_thread(probe, parent_sigint):
     # run_in_child starts children inside sigint_ignored(), which only the main thread
-    # can enter; from another thread (the mutation gate's pool) a child starts with
-    # Python's own handler, as a spawned one did, whatever the server started with.
+    # can enter; from another thread (the mutation gate's pool) a child starts with the
+    # parent's own disposition, as a spawned one did, whatever the server started with.
     def from_a_thread() -> dict[str, str | None]:
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(probe).result()
 
     seen = [probe()["sigint"], from_a_thread()["sigint"], probe()["sigint"], from_a_thread()["sigint"]]
-    assert seen == ["ignored", "KeyboardInterrupt", "ignored", "KeyboardInterrupt"]
+    assert seen == ["ignored", parent_sigint, "ignored", parent_sigint]
+    assert signal.getsignal(signal.SIGINT) is (signal.SIG_IGN if parent_sigint == "ignored"
+                                               else signal.default_int_handler)
 
 
 def test_a_child_that_chooses_the_interpreter_after_its_server_started_without_it_runs_tritons_helpers(tmp_path):
