@@ -89,7 +89,7 @@ def select(preference: str = "auto") -> Backend:
         os.environ[INTERPRET_VARIABLE] = "1"
         _selected = Backend("interpreter", torch.device("cpu"))
         skip_unasserted_overflow_checks()
-        patch_the_language_once_per_launch()
+        patch_the_language_once_per_process()
     return _selected
 
 
@@ -151,18 +151,22 @@ def skip_unasserted_overflow_checks() -> bool:
     return True
 
 
-def patch_the_language_once_per_launch() -> bool:
-    """Stop Triton's interpreter from patching triton.language again at every call of
-    a `@triton.jit` helper from inside a kernel.
+def patch_the_language_once_per_process() -> bool:
+    """Make Triton's interpreter patch triton.language once per process, not at every
+    launch and every call of a `@triton.jit` helper inside one.
 
-    A launch patches the language (tl.load and the rest become interpreted versions)
-    and restores it at the end; each helper call inside it patches again, walking the
-    whole module with inspect.getmembers, only to find every builtin already replaced.
-    That walk was a quarter of an interpreted lockstep run. A call whose modules are
-    all patched already now skips it (and so has nothing to restore); one that sees a
-    module not yet patched (tl.core where the kernel had only tl) still patches. The
-    language the kernel computes with is the same either way. Returns whether the
-    patch is installed (False where this Triton's interpreter is built otherwise)."""
+    A launch patches the language (tl.load and the rest become interpreted versions),
+    walking each of its modules with inspect.getmembers, and restores it at the end;
+    each helper call inside it walks them again, only to find every builtin already
+    replaced. Those walks were a quarter of an interpreted lockstep run, and the
+    launch's own a tenth after the helpers' were gone. Here a launch or call whose
+    modules are all patched skips the walk; one that finds a module not yet patched
+    (tl.core where the kernels so far had only tl) patches it, and nothing is
+    restored. A process that chose the interpreter runs every kernel interpreted
+    (select() is once per process), so no compiled kernel ever sees the patched
+    language, and the language a kernel computes with is the same either way.
+    Returns whether the patch is installed (False where this Triton's interpreter is
+    built otherwise)."""
     try:
         from triton import language as tl
         from triton.runtime import interpreter
@@ -170,7 +174,7 @@ def patch_the_language_once_per_launch() -> bool:
         original, empty_scope = interpreter._patch_lang, interpreter._LangPatchScope
     except (ImportError, AttributeError):
         return False
-    if getattr(original, "once_per_launch", False):
+    if getattr(original, "once_per_process", False):
         return True
 
     def patched(lang: object) -> bool:
@@ -179,11 +183,11 @@ def patch_the_language_once_per_launch() -> bool:
 
     def patch_lang(fn: Any) -> Any:
         langs = [value for value in fn.__globals__.values() if value is tl or value is tl.core]
-        if langs and all(patched(lang) for lang in langs):
-            return empty_scope()  # nothing to patch, so nothing for the launch to restore
-        return original(fn)
+        if not (langs and all(patched(lang) for lang in langs)):
+            original(fn)  # its scope is dropped: the patch stays
+        return empty_scope()  # nothing for the launch to restore
 
-    patch_lang.once_per_launch = True  # type: ignore[attr-defined]
+    patch_lang.once_per_process = True  # type: ignore[attr-defined]
     interpreter._patch_lang = patch_lang
     return True
 
