@@ -35,9 +35,9 @@ PLANTED = {
 TAIL_ONLY = ("    free_orders = (\"tail\", \"vllm\")", "    free_orders = (\"tail\",)")
 
 
-def test_the_example_class_passes_and_is_called(cli, plant_example):
+def test_the_example_class_passes_and_is_called(cli, plant_example, numpy_slots):
     spec = plant_example(LIST_POOL)
-    code, out = cli("fuzz", "--pool", spec, "--device", "cpu", "--examples", "30")
+    code, out = cli("fuzz", "--pool", spec, *numpy_slots, "--device", "cpu", "--examples", "30")
     assert code == 0, out
     assert "no discrepancy found" in out and f"pool {spec}" in out
     assert "first failing program" not in out, out
@@ -45,16 +45,16 @@ def test_the_example_class_passes_and_is_called(cli, plant_example):
     assert "pool " in calls and "pool 0" not in calls, calls
 
 
-def test_ours_through_the_class_path_passes(cli):
-    code, out = cli("fuzz", "--pool", "ours", "--device", "cpu", "--examples", "30")
+def test_ours_through_the_class_path_passes(cli, numpy_slots):
+    code, out = cli("fuzz", "--pool", "ours", *numpy_slots, "--device", "cpu", "--examples", "30")
     assert code == 0 and "pool ours" in out, out
 
 
 @pytest.mark.parametrize("bug", PLANTED)
-def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, plant_example, case_file, bug):
+def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, plant_example, case_file, numpy_slots, bug):
     edit, seed, said = PLANTED[bug]
     spec = plant_example(LIST_POOL, edit)
-    code, out = cli("fuzz", "--pool", spec, "--device", "cpu", "--examples", "2000", "--seed", str(seed))
+    code, out = cli("fuzz", "--pool", spec, *numpy_slots, "--device", "cpu", "--examples", "2000", "--seed", str(seed))
     assert code == 1, out
     assert "blocktable found a discrepancy" in out and said in out, out
     assert "confirmed: it fails again when replayed alone in a fresh process" in out
@@ -96,7 +96,8 @@ def test_a_class_that_breaks_the_protocol_is_refused_before_anything_runs(cli, p
     assert code == 2 and "ListPool.touch" in out and "the contract passes 1 (ids)" in out, out
 
 
-def test_a_tail_only_class_runs_tail_worlds_only(cli, plant_example):
-    code, out = cli("fuzz", "--pool", plant_example(LIST_POOL, TAIL_ONLY), "--device", "cpu", "--examples", "30")
+def test_a_tail_only_class_runs_tail_worlds_only(cli, plant_example, numpy_slots):
+    code, out = cli("fuzz", "--pool", plant_example(LIST_POOL, TAIL_ONLY), *numpy_slots, "--device", "cpu",
+                    "--examples", "30")
     assert code == 0, out
     assert "vLLM-order free" not in out and "no discrepancy found" in out, out

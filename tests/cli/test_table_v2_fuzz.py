@@ -23,20 +23,20 @@ class Dropped(TableV2):
 '''
 
 
-def test_ours_through_the_class_path_passes_in_every_world(cli):
-    code, out = cli("fuzz", "--table-v2", "ours", "--device", "cpu", "--examples", "10")
+def test_ours_through_the_class_path_passes_in_every_world(cli, numpy_slots):
+    code, out = cli("fuzz", "--table-v2", "ours", *numpy_slots, "--device", "cpu", "--examples", "10")
     assert code == 0 and "table-v2 ours" in out and "no discrepancy found" in out, out
     calls = next(line for line in out.splitlines() if "calls" in line)
     assert "table-v2 " in calls and "v2-append" not in calls, calls  # the class's own kernels, not ours
     assert "V2 append with overwrite" in out
 
 
-def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, tmp_path, case_file):
+def test_a_planted_bug_is_found_shrunk_confirmed_and_replays(cli, tmp_path, case_file, numpy_slots):
     bug, fix = tmp_path / "dropped.py", tmp_path / "fixed.py"
     bug.write_text(DROPPED.format(flag="False"))
     fix.write_text(DROPPED.format(flag="overwrite"))
     spec = f"{bug}:Dropped"
-    code, out = cli("fuzz", "--table-v2", spec, "--device", "cpu", "--examples", "2000", "--seed", "0")
+    code, out = cli("fuzz", "--table-v2", spec, *numpy_slots, "--device", "cpu", "--examples", "2000", "--seed", "0")
     assert code == 1, out
     # An append that drops its overwrite shows as a wrong count or as a stale row,
     # whichever the draws meet first (they differ with Hypothesis's version).
