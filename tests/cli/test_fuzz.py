@@ -34,10 +34,17 @@ def test_a_correct_plugin_passes_200_examples(cli, plugin_file):
     assert "no discrepancy found" in out and "blocktable fuzz" in out
 
 
+# Seed 1 finds most bugs within a few programs. The fourth request's needs four
+# requests in one step: seed 1 meets it at program 80, seed 3 at program 3 (the
+# secrets and database tests plant it too). Found, shrunk and confirmed on the 2-core
+# CPU, two runs at a time: 24.6 s under seed 1, 13.6 s under seed 3 (2026-12-06).
+SEEDS = {"fourth request off by one": 3}
+
+
 @pytest.mark.parametrize("bug", PLANTED)
 def test_each_planted_bug_fails_with_a_case_and_a_report(cli, plugin_file, bug):
     path = plugin_file(*PLANTED[bug])
-    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "200", "--seed", "1")
+    code, out = cli("fuzz", "--kernel", f"{path}:slot_mapping", "--examples", "200", "--seed", str(SEEDS.get(bug, 1)))
     assert code == 1, out
     assert "blocktable found a discrepancy" in out
     assert "first differing element" in out or "the kernel raised" in out
