@@ -52,13 +52,14 @@ def test_the_stray_module_check_names_modules_with_source_only(tmp_path):
     Hypothesis would mix the module's literals into later draws. It reads them from
     source, so an extension module (a Triton launcher loaded from its cache folder on
     a GPU) changes nothing and must not fail the test that compiled it."""
+    import importlib.machinery
     import types
 
     here = Path(__file__).with_name("conftest.py")
     conftest = next(m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == str(here))
     source = tmp_path / "stray_probe.py"
     source.write_text("LIMIT = 12345\n")
-    launcher = tmp_path / "launcher_probe.cpython-311-x86_64-linux-gnu.so"
+    launcher = tmp_path / f"launcher_probe{importlib.machinery.EXTENSION_SUFFIXES[0]}"
     launcher.write_bytes(b"")
     modules = {}
     for name, path in (("stray_probe", source), ("launcher_probe", launcher)):
