@@ -112,11 +112,12 @@ def launch_tiles(backend: Backend, num_heads: int, head_size: int) -> tuple[int,
 
 
 def launch_rows(backend: Backend, rows: int, inner: int) -> tuple[int, int]:
-    """(rows per program, warps) of copy: about 4K elements a program on a GPU, the
-    whole block under the interpreter."""
+    """(rows per program, warps) of copy: about 4K elements a program on a GPU, however
+    few rows a block has (the rows per program are compiled in: one tile per row width
+    rather than one per block shape), the whole block under the interpreter."""
     if backend.interpreted:
         return min(_next_power_of_2(rows), 1024), 1
-    return max(1, min(_next_power_of_2(rows), 4096 // _next_power_of_2(inner))), 4
+    return max(1, 4096 // _next_power_of_2(inner)), 4
 
 
 def write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -192,5 +193,6 @@ def gather(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torc
         N, sizes.num_blocks, sizes.block_size, block_table.shape[1], rows, H,
         *cache_strides(key_cache, layout), *cache_strides(value_cache, layout), *out_key.stride(),
         *out_value.stride(), check_scale("k_scale", k_scale), check_scale("v_scale", v_scale),
-        HEAD_SIZE=D, BLOCK_D=_next_power_of_2(D), TOKENS=tokens, HEADS=heads, EVEN_HEADS=H % heads == 0,
-        SEARCH_STEPS=max(0, N - 1).bit_length(), FP8=fp8, num_warps=warps)
+        max(0, N - 1).bit_length(),
+        HEAD_SIZE=D, BLOCK_D=_next_power_of_2(D), TOKENS=tokens, HEADS=heads, EVEN_HEADS=H % heads == 0, FP8=fp8,
+        num_warps=warps)

@@ -62,9 +62,14 @@ def _contiguous(t: torch.Tensor) -> torch.Tensor:
     return t if t.numel() == 0 or t.stride(0) == 1 else t.contiguous()
 
 
+NARROW_COLUMNS = 128
+
+
 def _columns(widths: Sequence[int]) -> int:
-    """The column tile: the widest row's next power of two, 16 to TILE."""
-    return min(TILE, max(16, 1 << (max(max(widths, default=1), 1) - 1).bit_length()))
+    """The column tile: NARROW_COLUMNS where every row fits in it, else TILE. Two
+    sizes, not one per power of two: each is a compilation, and a fuzzing run meets
+    every width; a program's cost is its launch, not its masked lanes."""
+    return NARROW_COLUMNS if max(widths, default=0) <= NARROW_COLUMNS else TILE
 
 
 def _check_rows(name: str, tables: Sequence[torch.Tensor]) -> None:

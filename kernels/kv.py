@@ -9,7 +9,10 @@ arguments, (block, offset in block, head, element of D), in that order whatever 
 layout: the wrapper permutes the tensor's strides for "HND". So one kernel serves
 both layouts and any strides (two caches that are views of one tensor included), and
 a contiguous cache still gets its unit stride and 16-divisible strides specialized
-by Triton, which is what vectorizes the loads and stores along D. Block ids, token
+by Triton, which is what vectorizes the loads and stores along D. Sizes (token, slot,
+block and request counts, the block size, the head count) are left unspecialized:
+they vectorize nothing, and each of their values of 1 or multiples of 16 would be one
+more compilation, which a fuzzing run, meeting every size, pays on first use. Block ids, token
 indices and heads are widened to int64 before they multiply a stride (a block id
 times a block's stride passes 2**31 in large caches); divisions stay in int32 where
 the values fit (a 64-bit division is a call to a long subroutine on a GPU).
@@ -20,7 +23,9 @@ head size is a compile-time constant, padded to a power of two BLOCK_D). A token
 own work (its slot, or its request and block) is done once for all the heads of its
 program: on a GPU that per-token work, repeated per head, cost more than the fp8
 arithmetic. Copy runs one program per (pair, tile of ROWS rows of a block), a row
-being the innermost dimension. No kernel loops over a run-time bound.
+being the innermost dimension. The only loop over a run-time bound is the gather's
+binary search over the requests (its step count, a compile-time constant, would be one
+compilation per power of two of the batch size).
 
 "auto" moves bits: the wrapper views float caches and tensors as integers of the
 same width, so no value is converted (NaN payloads included). fp8 e4m3fn: round to
@@ -39,6 +44,12 @@ import triton.language as tl
 
 # Modes of `write_tokens`: a bit copy, or fp8 from the key's float type.
 WRITE_MODES = ("copy", "fp8_from_float16", "fp8_from_bfloat16", "fp8_from_float32")
+
+# The sizes left unspecialized (see above).
+WRITE_SIZES = ["num_tokens", "num_slots", "block_size", "num_heads"]
+COPY_SIZES = ["num_blocks", "rows", "size_2"]
+GATHER_SIZES = ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows", "num_heads",
+                "search_steps"]
 
 FLOAT32_2_POW_MINUS_6 = tl.constexpr(0x3C800000)  # the smallest normal e4m3 value, as float32 bits
 FLOAT32_INF = tl.constexpr(0x7F800000)
@@ -191,7 +202,7 @@ def write_one(src_ptr, src_stride_token, src_stride_head, src_stride_d, cache_pt
     tl.store(cache_ptr + place, to_cache(x, scale, reciprocal, MODE, EXACT_DIVISION, HARDWARE_FP8), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=WRITE_SIZES)
 def write_tokens(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, slot_stride,
                  num_tokens, num_slots, block_size, num_heads,
                  key_stride_token, key_stride_head, key_stride_d,
@@ -236,7 +247,7 @@ def copy_one(cache_ptr, src, dst, stride_block, stride_1, stride_2, stride_3, i1
     tl.store(cache_ptr + dst * stride_block + inside, x, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=COPY_SIZES)
 def copy_blocks(key_cache_ptr, value_cache_ptr, pairs_ptr, pairs_stride_0, pairs_stride_1, num_blocks,
                 rows, size_2,
                 kc_stride_0, kc_stride_1, kc_stride_2, kc_stride_3,
@@ -265,14 +276,14 @@ def copy_blocks(key_cache_ptr, value_cache_ptr, pairs_ptr, pairs_stride_0, pairs
 
 
 @triton.jit
-def token_requests(cu_ptr, t, valid, num_reqs, SEARCH_STEPS: tl.constexpr):
+def token_requests(cu_ptr, t, valid, num_reqs, search_steps):
     """Each token's request: the last r < num_reqs with cu[r] <= t (an empty request
     r has cu[r] = cu[r+1], so the search passes over it), by a branch-free binary
-    search of SEARCH_STEPS = ceil(log2(num_reqs)) halvings; the window [r, r + size)
+    search of search_steps = ceil(log2(num_reqs)) halvings; the window [r, r + size)
     always holds the answer."""
     r = tl.zeros_like(t)
     size = num_reqs
-    for _ in tl.static_range(SEARCH_STEPS):
+    for _ in range(search_steps):
         half = size // 2
         start = tl.load(cu_ptr + r + half, mask=valid, other=0)
         r = tl.where(start <= t, r + half, r)
@@ -281,11 +292,11 @@ def token_requests(cu_ptr, t, valid, num_reqs, SEARCH_STEPS: tl.constexpr):
 
 
 @triton.jit
-def first_request(cu_ptr, first, num_reqs, SEARCH_STEPS: tl.constexpr):
+def first_request(cu_ptr, first, num_reqs, search_steps):
     """The same search for one token, in scalars: one load per halving for the tile."""
-    r = 0
+    r = tl.full([], 0, tl.int32)
     size = num_reqs
-    for _ in tl.static_range(SEARCH_STEPS):
+    for _ in range(search_steps):
         half = size // 2
         r = tl.where(tl.load(cu_ptr + r + half) <= first, r + half, r)
         size -= half
@@ -310,16 +321,16 @@ def gather_one(cache_ptr, stride_block, stride_offset, stride_head, stride_d, ou
     tl.store(out_ptr + out, x, mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=GATHER_SIZES)
 def gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, table_stride_1, cu_ptr,
                   out_key_ptr, out_value_ptr, num_reqs, num_blocks, block_size, width, out_rows, num_heads,
                   kc_stride_block, kc_stride_offset, kc_stride_head, kc_stride_d,
                   vc_stride_block, vc_stride_offset, vc_stride_head, vc_stride_d,
                   ok_stride_token, ok_stride_head, ok_stride_d,
                   ov_stride_token, ov_stride_head, ov_stride_d,
-                  k_scale, v_scale,
+                  k_scale, v_scale, search_steps,
                   HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
-                  EVEN_HEADS: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8: tl.constexpr):
+                  EVEN_HEADS: tl.constexpr, FP8: tl.constexpr):
     """Output rows t < cu[num_reqs]: out[t] = the cache entry of token j = t - cu[r] of
     its request r, at block table[r, j // block_size], offset j % block_size, for this
     program's heads. The grid covers the outputs' rows (the token count cu[N] is
@@ -333,11 +344,11 @@ def gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, tab
     valid = (t < total) & (t < out_rows)
     # One search for the tile's first token; a tile inside that request (most of a
     # prefill's) skips the search per token.
-    r0 = first_request(cu_ptr, first, num_reqs, SEARCH_STEPS)
+    r0 = first_request(cu_ptr, first, num_reqs, search_steps)
     if tl.load(cu_ptr + r0 + 1) >= first + TOKENS:
         r = tl.zeros([TOKENS], dtype=tl.int32) + r0
     else:
-        r = token_requests(cu_ptr, t, valid, num_reqs, SEARCH_STEPS)
+        r = token_requests(cu_ptr, t, valid, num_reqs, search_steps)
     j = t - tl.load(cu_ptr + r, mask=valid, other=0)
     column = j // block_size
     offset = j - column * block_size

@@ -42,6 +42,16 @@ import triton.language as tl
 APPEND_INTS = ["num_groups", "num_rows", "num_writes", "cnt_s0", "cnt_s1", "dev_s0", "dev_s1"]
 GATHER_INTS = ["num_rows", "cnt_s0", "cnt_s1", "num_reqs"]
 SLOT_INTS = ["slots_s0", "slots_s1", "num_reqs", "max_num_tokens", "W", "R", "I"]
+# Pointers whose 16-byte alignment Triton would otherwise compile for, each doubling the
+# compilations a fuzzing run needs (a group table's rows and the staged arrays sit at
+# offsets that vary with the group count). These kernels gain nothing from it: every
+# access goes through an index or stride the compiler cannot see, so nothing vectorizes.
+APPEND_POINTERS = ["row_ptrs", "row_strides", "widths", "group_ptr", "row_ptr", "start_ptr", "ids_ptr", "cu_ptr",
+                   "cnt_ptr", "dev_ptr"]
+GATHER_POINTERS = ["row_ptrs", "row_strides", "row_widths", "inp_ptrs", "inp_strides", "inp_widths", "cnt_ptr",
+                   "idx_ptr"]
+SLOT_POINTERS = ["row_ptrs", "row_strides", "widths", "kv_blocks", "kernel_blocks", "sharded", "enabled", "idx_ptr",
+                 "qsl_ptr", "pos_ptr", "slots_ptr"]
 
 
 @triton.jit
@@ -50,7 +60,7 @@ def int32_rows(ptrs, g):
     return tl.load(ptrs + g).to(tl.pointer_type(tl.int32))
 
 
-@triton.jit(do_not_specialize=APPEND_INTS)
+@triton.jit(do_not_specialize=APPEND_INTS, do_not_specialize_on_alignment=APPEND_POINTERS)
 def append_block_ids(row_ptrs, row_strides, widths, num_groups, num_rows,
                      group_ptr, row_ptr, start_ptr, ids_ptr, cu_ptr, num_writes,
                      cnt_ptr, cnt_s0, cnt_s1, dev_ptr, dev_s0, dev_s1,
@@ -105,7 +115,7 @@ def append_block_ids(row_ptrs, row_strides, widths, num_groups, num_rows,
             tl.store(dst + col, ids, mask=keep)
 
 
-@triton.jit(do_not_specialize=GATHER_INTS)
+@triton.jit(do_not_specialize=GATHER_INTS, do_not_specialize_on_alignment=GATHER_POINTERS)
 def gather_block_tables(row_ptrs, row_strides, row_widths, inp_ptrs, inp_strides, inp_widths, num_rows,
                         cnt_ptr, cnt_s0, cnt_s1, idx_ptr, num_reqs, COLS: tl.constexpr):
     """inp[g][b, :n] = rows[g][r, :n] with r = idx[b], n = cnt_dev[g, r] (the rest of the
@@ -152,7 +162,7 @@ def token_slots(p, valid, row, width, K, B, dcp, W, R, I):
     return block * B + offset, keep
 
 
-@triton.jit(do_not_specialize=SLOT_INTS)
+@triton.jit(do_not_specialize=SLOT_INTS, do_not_specialize_on_alignment=SLOT_POINTERS)
 def compute_slot_mappings(row_ptrs, row_strides, widths, kv_blocks, kernel_blocks, sharded, enabled,
                           idx_ptr, qsl_ptr, pos_ptr, slots_ptr, slots_s0, slots_s1,
                           num_reqs, max_num_tokens, W, R, I, TILE: tl.constexpr):

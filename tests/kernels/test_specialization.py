@@ -1,0 +1,92 @@
+"""What our kernels are compiled for. Triton compiles a kernel once per specialization:
+every value of a compile-time constant, and for each run-time integer whether it is 1
+or a multiple of 16, for each pointer whether it is 16-byte aligned. A fuzzing run
+meets every size, so each of those is a compilation paid on first use, which on a
+fresh GPU runner was most of a KV world's first minute (docs/results.md). The kernels
+leave unspecialized what vectorizes nothing: sizes, and (V2) the alignment of
+pointers that are only ever read through indices. The strides along D stay
+specialized: a unit stride there is what vectorizes the KV loads and stores.
+
+Triton ignores a name in `do_not_specialize` that is not a parameter, so a renamed
+argument would silently be specialized again: these tests read the compiled
+kernels' own parameter flags, in a process that imports the kernels for a GPU
+(no interpreter; no GPU is needed to declare them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from blocktable import kv, v2
+from blocktable.device import Backend
+
+PROGRAM = """
+import json
+from blocktable.kernels import kv, v2
+names = ("write_tokens", "copy_blocks", "gather_tokens", "append_block_ids", "gather_block_tables",
+         "compute_slot_mappings")
+print(json.dumps({name: {p.name: [p.is_constexpr, bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment)]
+                         for p in (getattr(kv, name, None) or getattr(v2, name)).params} for name in names}))
+"""
+
+
+@pytest.fixture(scope="module")
+def params(tmp_path_factory) -> dict[str, dict[str, list[bool]]]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path_factory.mktemp("compiled"))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+SIZES = {"write_tokens": ["num_tokens", "num_slots", "block_size", "num_heads"],
+         "copy_blocks": ["num_blocks", "rows", "size_2"],
+         "gather_tokens": ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows",
+                           "num_heads", "search_steps"]}
+D_STRIDES = {"write_tokens": ["key_stride_d", "value_stride_d", "kc_stride_d", "vc_stride_d"],
+             "copy_blocks": ["kc_stride_3", "vc_stride_3"],
+             "gather_tokens": ["kc_stride_d", "vc_stride_d", "ok_stride_d", "ov_stride_d"]}
+
+
+@pytest.mark.parametrize("kernel", sorted(SIZES))
+def test_the_kv_kernels_compile_once_for_every_size_and_keep_the_strides_along_d(params, kernel):
+    flags = params[kernel]
+    unspecialized = sorted(name for name, (constexpr, dns, _) in flags.items() if dns)
+    assert unspecialized == sorted(SIZES[kernel])
+    for name in D_STRIDES[kernel]:
+        assert flags[name] == [False, False, False], name
+
+
+def test_the_gather_searches_the_requests_for_a_run_time_number_of_steps(params):
+    """A compile-time step count was one compilation per power of two of the batch."""
+    assert params["gather_tokens"]["search_steps"][:2] == [False, True]
+    assert "SEARCH_STEPS" not in params["gather_tokens"]
+
+
+@pytest.mark.parametrize("kernel", ["append_block_ids", "gather_block_tables", "compute_slot_mappings"])
+def test_the_v2_kernels_compile_once_for_every_alignment_of_their_pointers(params, kernel):
+    """Every argument that is not a compile-time constant or a run-time integer (the
+    int64 sizes are all unspecialized already) is a pointer: none is specialized on
+    its alignment, nor any integer on its value."""
+    for name, (constexpr, dns, dns_alignment) in params[kernel].items():
+        if not constexpr:
+            assert dns or dns_alignment, name
+
+
+def test_a_copy_compiles_one_tile_per_row_width_whatever_the_block_shape():
+    gpu = Backend("cuda", torch.device("cuda"))
+    for inner in (1, 3, 8, 128, 8192):
+        tiles = {kv.launch_rows(gpu, rows, inner) for rows in (1, 2, 5, 16, 100, 4096)}
+        assert len(tiles) == 1, (inner, tiles)
+    assert kv.launch_rows(gpu, 128, 128) == (32, 4)  # 4K elements a program, as before
+
+
+def test_the_v2_column_tile_takes_two_sizes():
+    tiles = {width: v2._columns([width]) for width in range(0, 5000, 7)}
+    assert set(tiles.values()) == {v2.NARROW_COLUMNS, v2.TILE}
+    assert all(tile >= min(width, v2.TILE) for width, tile in tiles.items())
