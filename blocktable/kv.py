@@ -120,6 +120,14 @@ def launch_rows(backend: Backend, rows: int, inner: int) -> tuple[int, int]:
     return max(1, 4096 // _next_power_of_2(inner)), 4
 
 
+def search_steps(num_reqs: int) -> int:
+    """The gather's binary-search halvings over `num_reqs` requests: ceil(log2) rounded
+    up to a multiple of 4 (a halving of a window of one changes nothing), so that one
+    compilation serves every batch of up to 16 requests, one every batch of 17 to 256,
+    and so on, rather than one per power of two."""
+    return 4 * -(-max(1, (num_reqs - 1).bit_length()) // 4)
+
+
 def write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
           slot_mapping: torch.Tensor, *, layout: str, kv_cache_dtype: str, k_scale: float = 1.0,
           v_scale: float = 1.0) -> None:
@@ -193,6 +201,5 @@ def gather(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torc
         N, sizes.num_blocks, sizes.block_size, block_table.shape[1], rows, H,
         *cache_strides(key_cache, layout), *cache_strides(value_cache, layout), *out_key.stride(),
         *out_value.stride(), check_scale("k_scale", k_scale), check_scale("v_scale", v_scale),
-        max(0, N - 1).bit_length(),
-        HEAD_SIZE=D, BLOCK_D=_next_power_of_2(D), TOKENS=tokens, HEADS=heads, EVEN_HEADS=H % heads == 0, FP8=fp8,
-        num_warps=warps)
+        HEAD_SIZE=D, BLOCK_D=_next_power_of_2(D), TOKENS=tokens, HEADS=heads, EVEN_HEADS=H % heads == 0,
+        SEARCH_STEPS=search_steps(N), FP8=fp8, num_warps=warps)

@@ -23,9 +23,7 @@ head size is a compile-time constant, padded to a power of two BLOCK_D). A token
 own work (its slot, or its request and block) is done once for all the heads of its
 program: on a GPU that per-token work, repeated per head, cost more than the fp8
 arithmetic. Copy runs one program per (pair, tile of ROWS rows of a block), a row
-being the innermost dimension. The only loop over a run-time bound is the gather's
-binary search over the requests (its step count, a compile-time constant, would be one
-compilation per power of two of the batch size).
+being the innermost dimension. No kernel loops over a run-time bound.
 
 "auto" moves bits: the wrapper views float caches and tensors as integers of the
 same width, so no value is converted (NaN payloads included). fp8 e4m3fn: round to
@@ -48,8 +46,7 @@ WRITE_MODES = ("copy", "fp8_from_float16", "fp8_from_bfloat16", "fp8_from_float3
 # The sizes left unspecialized (see above).
 WRITE_SIZES = ["num_tokens", "num_slots", "block_size", "num_heads"]
 COPY_SIZES = ["num_blocks", "rows", "size_2"]
-GATHER_SIZES = ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows", "num_heads",
-                "search_steps"]
+GATHER_SIZES = ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows", "num_heads"]
 
 FLOAT32_2_POW_MINUS_6 = tl.constexpr(0x3C800000)  # the smallest normal e4m3 value, as float32 bits
 FLOAT32_INF = tl.constexpr(0x7F800000)
@@ -276,14 +273,14 @@ def copy_blocks(key_cache_ptr, value_cache_ptr, pairs_ptr, pairs_stride_0, pairs
 
 
 @triton.jit
-def token_requests(cu_ptr, t, valid, num_reqs, search_steps):
+def token_requests(cu_ptr, t, valid, num_reqs, SEARCH_STEPS: tl.constexpr):
     """Each token's request: the last r < num_reqs with cu[r] <= t (an empty request
     r has cu[r] = cu[r+1], so the search passes over it), by a branch-free binary
-    search of search_steps = ceil(log2(num_reqs)) halvings; the window [r, r + size)
-    always holds the answer."""
+    search of SEARCH_STEPS >= ceil(log2(num_reqs)) halvings; the window [r, r + size)
+    always holds the answer, and a halving of a window of one changes nothing."""
     r = tl.zeros_like(t)
     size = num_reqs
-    for _ in range(search_steps):
+    for _ in tl.static_range(SEARCH_STEPS):
         half = size // 2
         start = tl.load(cu_ptr + r + half, mask=valid, other=0)
         r = tl.where(start <= t, r + half, r)
@@ -292,11 +289,11 @@ def token_requests(cu_ptr, t, valid, num_reqs, search_steps):
 
 
 @triton.jit
-def first_request(cu_ptr, first, num_reqs, search_steps):
+def first_request(cu_ptr, first, num_reqs, SEARCH_STEPS: tl.constexpr):
     """The same search for one token, in scalars: one load per halving for the tile."""
-    r = tl.full([], 0, tl.int32)
+    r = 0
     size = num_reqs
-    for _ in range(search_steps):
+    for _ in tl.static_range(SEARCH_STEPS):
         half = size // 2
         r = tl.where(tl.load(cu_ptr + r + half) <= first, r + half, r)
         size -= half
@@ -328,9 +325,9 @@ def gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, tab
                   vc_stride_block, vc_stride_offset, vc_stride_head, vc_stride_d,
                   ok_stride_token, ok_stride_head, ok_stride_d,
                   ov_stride_token, ov_stride_head, ov_stride_d,
-                  k_scale, v_scale, search_steps,
+                  k_scale, v_scale,
                   HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
-                  EVEN_HEADS: tl.constexpr, FP8: tl.constexpr):
+                  EVEN_HEADS: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8: tl.constexpr):
     """Output rows t < cu[num_reqs]: out[t] = the cache entry of token j = t - cu[r] of
     its request r, at block table[r, j // block_size], offset j % block_size, for this
     program's heads. The grid covers the outputs' rows (the token count cu[N] is
@@ -344,11 +341,11 @@ def gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, tab
     valid = (t < total) & (t < out_rows)
     # One search for the tile's first token; a tile inside that request (most of a
     # prefill's) skips the search per token.
-    r0 = first_request(cu_ptr, first, num_reqs, search_steps)
+    r0 = first_request(cu_ptr, first, num_reqs, SEARCH_STEPS)
     if tl.load(cu_ptr + r0 + 1) >= first + TOKENS:
         r = tl.zeros([TOKENS], dtype=tl.int32) + r0
     else:
-        r = token_requests(cu_ptr, t, valid, num_reqs, search_steps)
+        r = token_requests(cu_ptr, t, valid, num_reqs, SEARCH_STEPS)
     j = t - tl.load(cu_ptr + r, mask=valid, other=0)
     column = j // block_size
     offset = j - column * block_size

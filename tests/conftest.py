@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from blocktable import device
-from blocktable.properties.run import profiles
+from blocktable.properties.run import profiles, workers
 
 
 def _pin_worker_gpu() -> None:
@@ -28,7 +28,22 @@ def _pin_worker_gpu() -> None:
         torch.cuda.set_device(int(worker[2:]) % torch.cuda.device_count())
 
 
+def _one_thread_per_worker() -> None:
+    """Under xdist every worker, and every process it starts (the CLI tests' fuzzing
+    children), runs its numeric libraries on one thread, as `fuzz --jobs` does for its
+    workers: with `-n auto` there is a worker per core already, and pools of a
+    thread per core in each of them and their children oversubscribe the host many
+    times over. A setting the user made stays."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for name in workers.THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+    if os.environ.get("OMP_NUM_THREADS") == "1":
+        workers.one_thread()
+
+
 _pin_worker_gpu()
+_one_thread_per_worker()
 # Before any kernel module is imported: the GPU when there is one, else the
 # interpreter (BLOCKTABLE_DEVICE=cpu forces it on a GPU machine).
 BACKEND = device.select(os.environ.get("BLOCKTABLE_DEVICE", "auto"))
