@@ -12,10 +12,11 @@ a contiguous cache still gets its unit stride and 16-divisible strides specializ
 by Triton, which is what vectorizes the loads and stores along D. Sizes (token, slot,
 block and request counts, the block size, the head count) are left unspecialized:
 they vectorize nothing, and each of their values of 1 or multiples of 16 would be one
-more compilation, which a fuzzing run, meeting every size, pays on first use. Block ids, token
-indices and heads are widened to int64 before they multiply a stride (a block id
-times a block's stride passes 2**31 in large caches); divisions stay in int32 where
-the values fit (a 64-bit division is a call to a long subroutine on a GPU).
+more compilation, which a fuzzing run, meeting every size, pays on first use. Block
+ids, token indices and heads are widened to int64 before they multiply a stride (a
+block id times a block's stride passes 2**31 in large caches); divisions stay in
+int32 where the values fit (a 64-bit division is a call to a long subroutine on a
+GPU).
 
 The grids: write and gather run one program per (tile of TOKENS tokens, group of
 HEADS heads), each moving a [TOKENS, HEADS, D] tile of the key and of the value (the
