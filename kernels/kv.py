@@ -44,7 +44,8 @@ import triton.language as tl
 # Modes of `write_tokens`: a bit copy, or fp8 from the key's float type.
 WRITE_MODES = ("copy", "fp8_from_float16", "fp8_from_bfloat16", "fp8_from_float32")
 
-# The sizes left unspecialized (see above).
+# Left unspecialized (see above): the sizes, and the gather's block-table row stride,
+# which only addresses a gather of single block ids and so vectorizes nothing either.
 WRITE_SIZES = ["num_tokens", "num_slots", "block_size", "num_heads"]
 COPY_SIZES = ["num_blocks", "rows", "size_2"]
 GATHER_SIZES = ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows", "num_heads"]
