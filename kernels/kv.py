@@ -7,16 +7,21 @@ checks reject one first, unless switched off).
 How they address memory: every cache is reached through four strides passed as
 arguments, (block, offset in block, head, element of D), in that order whatever the
 layout: the wrapper permutes the tensor's strides for "HND". So one kernel serves
-both layouts and any strides (two caches that are views of one tensor included), and
-a contiguous cache still gets its unit stride and 16-divisible strides specialized
-by Triton, which is what vectorizes the loads and stores along D. Sizes (token, slot,
-block and request counts, the block size, the head count) are left unspecialized:
-they vectorize nothing, and each of their values of 1 or multiples of 16 would be one
-more compilation, which a fuzzing run, meeting every size, pays on first use. Block
-ids, token indices and heads are widened to int64 before they multiply a stride (a
-block id times a block's stride passes 2**31 in large caches); divisions stay in
-int32 where the values fit (a 64-bit division is a call to a long subroutine on a
-GPU).
+both layouts and any strides (two caches that are views of one tensor included).
+What vectorizes the loads and stores along D is a unit stride along D (specialized
+by Triton, as a compile-time 1) and, for every tensor moved, a 16-byte aligned
+pointer and strides that are multiples of 16. Triton would specialize each pointer
+and stride on that separately, one compilation per pattern; a fuzzing run meets
+most patterns and pays each on first use. So the other strides are passed divided
+by ALIGN and multiplied back in the kernel, and each kernel is compiled twice: with
+ALIGN = 16 when every tensor moved is aligned (its pointers specialized, all of
+them aligned), and with ALIGN = 1 otherwise (no pointer specialized). Sizes (token,
+slot, block and request counts, the block size, the head count) are left
+unspecialized too: they vectorize nothing.
+Strides are multiplied back in int64, and block ids, token indices and heads are
+widened to int64 before they multiply one (a block id times a block's stride passes
+2**31 in large caches); divisions stay in int32 where the values fit (a 64-bit
+division is a call to a long subroutine on a GPU).
 
 The grids: write and gather run one program per (tile of TOKENS tokens, group of
 HEADS heads), each moving a [TOKENS, HEADS, D] tile of the key and of the value (the
@@ -27,139 +32,46 @@ arithmetic. Copy runs one program per (pair, tile of ROWS rows of a block), a ro
 being the innermost dimension. No kernel loops over a run-time bound.
 
 "auto" moves bits: the wrapper views float caches and tensors as integers of the
-same width, so no value is converted (NaN payloads included). fp8 e4m3fn: round to
-nearest even, ±448 beyond the range (infinities too), every NaN 0x7F. Two encoders
-give those codes: on GPUs with fp8 conversion (compute capability 8.9 and up) the
-hardware's `cvt.rn.satfinite.e4m3x2.f32`, four values to an instruction pair, behind a
-clamp that decides saturation and NaN first (so no rule rests on what the
-conversion does at the edges); elsewhere, and in the interpreter, integer operations
-on float32 bits. Decoding is always integer arithmetic. With fp8 the write is bound by
-instructions rather than bytes on an H200, so the division is done in three
-operations (see `quantize`) and the encoder is kept short.
+same width, so no value is converted (NaN payloads included). fp8 goes through the
+codec of blocktable.kernels.fp8.
 """
+
+from collections.abc import Callable
+from typing import Any
 
 import triton
 import triton.language as tl
 
+from blocktable.kernels.fp8 import e4m3_decode, quantize
+
 # Modes of `write_tokens`: a bit copy, or fp8 from the key's float type.
 WRITE_MODES = ("copy", "fp8_from_float16", "fp8_from_bfloat16", "fp8_from_float32")
 
-# Left unspecialized (see above): the sizes, and the gather's block-table row stride,
-# which only addresses a gather of single block ids and so vectorizes nothing either.
-WRITE_SIZES = ["num_tokens", "num_slots", "block_size", "num_heads"]
-COPY_SIZES = ["num_blocks", "rows", "size_2"]
-GATHER_SIZES = ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows", "num_heads"]
-
-FLOAT32_2_POW_MINUS_6 = tl.constexpr(0x3C800000)  # the smallest normal e4m3 value, as float32 bits
-FLOAT32_INF = tl.constexpr(0x7F800000)
-FLOAT32_NAN = tl.constexpr(0x7FC00000)  # what a NaN code decodes to (with its sign)
-FLOAT32_2_POW_14 = tl.constexpr(0x46800000)
-
-
-@triton.jit
-def e4m3_magnitude(q):
-    """e4m3 codes 0..0x7E of float32 magnitudes `q` (>= 0, any NaN taken as 448):
-    round to nearest even, 448 and beyond (infinity too) to 0x7E."""
-    # minimum(NaN, 448) is 448 on a GPU and in the interpreter alike (IEEE minNum).
-    a = tl.minimum(q, 448.0).to(tl.int32, bitcast=True)
-    # Normal results: rebias the exponent (127 -> 7) and keep 3 of the 23 mantissa
-    # bits, adding just under half of the dropped part plus the kept part's last bit
-    # (ties to even); a carry runs into the exponent, as it should.
-    normal = (a + (0x7FFFF - (120 << 23)) + ((a >> 20) & 1)) >> 20
-    # Subnormal results m * 2**-9 (below 2**-6): in 2**14 + q the float32 ulp is 2**-9,
-    # so the hardware's round-to-nearest-even addition leaves m in the low bits (m = 8,
-    # the code of 2**-6, when it rounds up across the boundary).
-    subnormal = (a.to(tl.float32, bitcast=True) + 16384.0).to(tl.int32, bitcast=True) - FLOAT32_2_POW_14
-    return tl.where(a < FLOAT32_2_POW_MINUS_6, subnormal, normal)
+# Left unspecialized (see above): sizes, the gather's block-table row stride (it only
+# addresses single block ids), and the strides that ALIGN multiplies. The data
+# pointers are specialized only in the ALIGN = 16 compilation, where all are aligned.
+WRITE_INTEGERS = ["num_tokens", "num_slots", "block_size", "num_heads",
+                  "key_stride_token", "key_stride_head", "value_stride_token", "value_stride_head",
+                  "kc_stride_block", "kc_stride_offset", "kc_stride_head",
+                  "vc_stride_block", "vc_stride_offset", "vc_stride_head"]
+WRITE_DATA_POINTERS = ["key_ptr", "value_ptr", "key_cache_ptr", "value_cache_ptr"]
+COPY_INTEGERS = ["num_blocks", "rows", "size_2",
+                 "kc_stride_0", "kc_stride_1", "kc_stride_2", "vc_stride_0", "vc_stride_1", "vc_stride_2"]
+COPY_DATA_POINTERS = ["key_cache_ptr", "value_cache_ptr"]
+GATHER_INTEGERS = ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows", "num_heads",
+                   "kc_stride_block", "kc_stride_offset", "kc_stride_head",
+                   "vc_stride_block", "vc_stride_offset", "vc_stride_head",
+                   "ok_stride_token", "ok_stride_head", "ov_stride_token", "ov_stride_head"]
+GATHER_DATA_POINTERS = ["key_cache_ptr", "value_cache_ptr", "out_key_ptr", "out_value_ptr"]
+ALIGNMENT = 16  # the aligned compilation's ALIGN: its strides are passed divided by it
 
 
-@triton.jit
-def e4m3_encode(x):
-    """int32 e4m3fn codes (0..255) of float32 `x`: the sign kept, every NaN 0x7F."""
-    bits = x.to(tl.int32, bitcast=True)
-    a = bits & 0x7FFFFFFF
-    code = e4m3_magnitude(a.to(tl.float32, bitcast=True)) | ((bits >> 24) & 0x80)
-    return tl.where(a > FLOAT32_INF, 0x7F, code)
-
-
-@triton.jit
-def e4m3_convert(q):
-    """uint8 e4m3fn codes of float32 `q` by the GPU's conversion: round to nearest
-    even, saturating at ±448. `cvt...e4m3x2` packs two codes into 16 bits, its first
-    operand in the high byte; four codes make one 32-bit result."""
-    return tl.inline_asm_elementwise(
-        asm="""{
-        .reg .b16 lo, hi;
-        cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1;
-        cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3;
-        mov.b32 $0, {lo, hi};
-        }""",
-        constraints="=r,r,r,r,r", args=[q.to(tl.int32, bitcast=True)], dtype=tl.uint8, is_pure=True, pack=4)
-
-
-@triton.jit
-def divide(x, scale, reciprocal, EXACT_DIVISION: tl.constexpr):
-    """float32 x / scale, correctly rounded, the sign of zero kept. Unless
-    EXACT_DIVISION (IEEE division: a dozen instructions and a slow-path branch),
-    Markstein's division in three: q0 = x * r with r = RN(1 / scale) from the host,
-    the residual q0 * scale - x (exact in an fma), and q0 corrected by -residual * r in
-    one more fma, which gives the rounded quotient when nothing under- or overflows.
-    (The residual is negated rather than taken as x - q0 * scale so that x = -0 gives
-    -0: -0 + +0 is +0. And negated by multiplying by -1: Triton's unary minus is 0 - x,
-    which makes +0 of -0 too.) The host takes this path only for scales in [2**-64, 2**64],
-    so every quotient that can round to a nonzero code (2**-11 and up) comes from
-    normal numbers, and smaller ones encode to a zero even if off by an ulp."""
-    if EXACT_DIVISION:
-        q = tl.math.div_rn(x, scale)
-    else:
-        q0 = x * reciprocal
-        q = tl.fma(tl.fma(q0, scale, x * -1.0) * -1.0, reciprocal, q0)
-    return q
-
-
-@triton.jit
-def quantize(x, scale, reciprocal, EXACT_DIVISION: tl.constexpr, HARDWARE_FP8: tl.constexpr):
-    """uint8 e4m3fn codes of float32 x / scale, the quotient correctly rounded (see
-    `divide`); every NaN gives 0x7F, whatever its sign.
-
-    HARDWARE_FP8: the GPU converts. Saturation is decided before it: the fast division
-    takes x clamped to ±448 * scale (a quotient near the float32 maximum, or infinite,
-    would make its residual NaN), the IEEE one clamps its quotient to ±448, both
-    keeping NaN as NaN; a NaN reaching the conversion is the GPU's canonical NaN
-    (positive: arithmetic on a NaN does not keep its sign), which gives 0x7F.
-
-    Otherwise the integer encoder, on |x| (the sign is x's, scale > 0, put back on
-    the code), where a quotient too large for the residual comes out infinite or NaN
-    and both saturate to 448."""
-    if HARDWARE_FP8:
-        if EXACT_DIVISION:
-            q = tl.clamp(divide(x, scale, reciprocal, EXACT_DIVISION), -448.0, 448.0,
-                         propagate_nan=tl.PropagateNan.ALL)
-        else:
-            limit = 448.0 * scale
-            q = divide(tl.clamp(x, -limit, limit, propagate_nan=tl.PropagateNan.ALL), scale, reciprocal,
-                       EXACT_DIVISION)
-        codes = e4m3_convert(q)
-    else:
-        bits = x.to(tl.int32, bitcast=True)
-        magnitude = (bits & 0x7FFFFFFF).to(tl.float32, bitcast=True)
-        code = e4m3_magnitude(divide(magnitude, scale, reciprocal, EXACT_DIVISION)) | ((bits >> 24) & 0x80)
-        codes = tl.where((bits & 0x7FFFFFFF) > FLOAT32_INF, 0x7F, code).to(tl.uint8)
-    return codes
-
-
-@triton.jit
-def e4m3_decode(code, scale):
-    """float32 decode(code) * scale for int32 codes; a NaN code gives the quiet NaN
-    with its sign, never a product (whose NaN bits differ between devices)."""
-    sign = (code & 0x80) << 24
-    # The code's 7 bits moved to the top of a float32's exponent and mantissa make a
-    # float 2**-120 times the code's value (subnormal codes land on float32
-    # subnormals, which Triton's multiply keeps); scaling by 2**120 is exact.
-    magnitude = ((code & 0x7F) << 20).to(tl.float32, bitcast=True) * 1.329227995784916e36  # 2**120
-    value = (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True) * scale
-    nan = (sign | FLOAT32_NAN).to(tl.float32, bitcast=True)
-    return tl.where((code & 0x7F) == 0x7F, nan, value)
+def aligned_and_unaligned(fn: Callable[..., None], integers: list[str], data_pointers: list[str]) -> tuple[Any, Any]:
+    """The kernel `fn` jitted twice (see above): for ALIGN = 16 and for ALIGN = 1.
+    (Any: a JITFunction, or under the interpreter an InterpretedFunction.)"""
+    aligned = triton.jit(do_not_specialize=integers)(fn)
+    unaligned = triton.jit(do_not_specialize=integers, do_not_specialize_on_alignment=data_pointers)(fn)
+    return aligned, unaligned
 
 
 @triton.jit
@@ -190,19 +102,25 @@ def tile_mask(keep, heads, num_heads, d, HEAD_SIZE: tl.constexpr, BLOCK_D: tl.co
 
 
 @triton.jit
+def restored(stride, ALIGN: tl.constexpr):
+    """A stride passed divided by ALIGN, multiplied back: in int64, where the product
+    of a quotient that fits int32 may not; on the scalar, not on every address."""
+    return stride.to(tl.int64) * ALIGN
+
+
+@triton.jit
 def write_one(src_ptr, src_stride_token, src_stride_head, src_stride_d, cache_ptr, stride_block, stride_offset,
               stride_head, stride_d, t, block, offset, heads, d, mask, scale, reciprocal, MODE: tl.constexpr,
-              EXACT_DIVISION: tl.constexpr, HARDWARE_FP8: tl.constexpr):
-    src = (t * src_stride_token)[:, None, None] + (heads * src_stride_head)[None, :, None] \
-        + (d * src_stride_d)[None, None, :]
+              EXACT_DIVISION: tl.constexpr, HARDWARE_FP8: tl.constexpr, ALIGN: tl.constexpr):
+    src = (t * restored(src_stride_token, ALIGN))[:, None, None] \
+        + (heads * restored(src_stride_head, ALIGN))[None, :, None] + (d * src_stride_d)[None, None, :]
     x = tl.load(src_ptr + src, mask=mask)
-    place = (block * stride_block + offset * stride_offset)[:, None, None] + (heads * stride_head)[None, :, None] \
-        + (d * stride_d)[None, None, :]
+    place = (block * restored(stride_block, ALIGN) + offset * restored(stride_offset, ALIGN))[:, None, None] \
+        + (heads * restored(stride_head, ALIGN))[None, :, None] + (d * stride_d)[None, None, :]
     tl.store(cache_ptr + place, to_cache(x, scale, reciprocal, MODE, EXACT_DIVISION, HARDWARE_FP8), mask=mask)
 
 
-@triton.jit(do_not_specialize=WRITE_SIZES)
-def write_tokens(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, slot_stride,
+def _write_tokens(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, slot_stride,
                  num_tokens, num_slots, block_size, num_heads,
                  key_stride_token, key_stride_head, key_stride_d,
                  value_stride_token, value_stride_head, value_stride_d,
@@ -211,7 +129,7 @@ def write_tokens(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, s
                  k_scale, k_reciprocal, v_scale, v_reciprocal,
                  HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
                  EVEN_HEADS: tl.constexpr, MODE: tl.constexpr, EXACT_DIVISION: tl.constexpr,
-                 HARDWARE_FP8: tl.constexpr, SLOTS_INT32: tl.constexpr):
+                 HARDWARE_FP8: tl.constexpr, SLOTS_INT32: tl.constexpr, ALIGN: tl.constexpr):
     """Tokens t < num_tokens with 0 <= slot < num_slots: cache entry (slot // block_size,
     slot % block_size) = key[t] (value[t]), for this program's heads. SLOTS_INT32:
     every slot of the cache fits in int32, so the division can be 32-bit.
@@ -233,25 +151,28 @@ def write_tokens(key_ptr, value_ptr, key_cache_ptr, value_cache_ptr, slot_ptr, s
     mask = tile_mask(keep, heads, num_heads, d, HEAD_SIZE, BLOCK_D, EVEN_HEADS)
     write_one(key_ptr, key_stride_token, key_stride_head, key_stride_d, key_cache_ptr, kc_stride_block,
               kc_stride_offset, kc_stride_head, kc_stride_d, t, block, offset, heads, d, mask, k_scale, k_reciprocal,
-              MODE, EXACT_DIVISION, HARDWARE_FP8)
+              MODE, EXACT_DIVISION, HARDWARE_FP8, ALIGN)
     write_one(value_ptr, value_stride_token, value_stride_head, value_stride_d, value_cache_ptr, vc_stride_block,
               vc_stride_offset, vc_stride_head, vc_stride_d, t, block, offset, heads, d, mask, v_scale, v_reciprocal,
-              MODE, EXACT_DIVISION, HARDWARE_FP8)
+              MODE, EXACT_DIVISION, HARDWARE_FP8, ALIGN)
+
+
+write_tokens, write_tokens_unaligned = aligned_and_unaligned(_write_tokens, WRITE_INTEGERS, WRITE_DATA_POINTERS)
 
 
 @triton.jit
-def copy_one(cache_ptr, src, dst, stride_block, stride_1, stride_2, stride_3, i1, i2, c, mask):
-    inside = i1[:, None] * stride_1 + i2[:, None] * stride_2 + c[None, :] * stride_3
+def copy_one(cache_ptr, src, dst, stride_block, stride_1, stride_2, stride_3, i1, i2, c, mask, ALIGN: tl.constexpr):
+    stride_block = restored(stride_block, ALIGN)
+    inside = (i1 * restored(stride_1, ALIGN) + i2 * restored(stride_2, ALIGN))[:, None] + c[None, :] * stride_3
     x = tl.load(cache_ptr + src * stride_block + inside, mask=mask)
     tl.store(cache_ptr + dst * stride_block + inside, x, mask=mask)
 
 
-@triton.jit(do_not_specialize=COPY_SIZES)
-def copy_blocks(key_cache_ptr, value_cache_ptr, pairs_ptr, pairs_stride_0, pairs_stride_1, num_blocks,
+def _copy_blocks(key_cache_ptr, value_cache_ptr, pairs_ptr, pairs_stride_0, pairs_stride_1, num_blocks,
                 rows, size_2,
                 kc_stride_0, kc_stride_1, kc_stride_2, kc_stride_3,
                 vc_stride_0, vc_stride_1, vc_stride_2, vc_stride_3,
-                INNER: tl.constexpr, BLOCK_INNER: tl.constexpr, ROWS: tl.constexpr):
+                INNER: tl.constexpr, BLOCK_INNER: tl.constexpr, ROWS: tl.constexpr, ALIGN: tl.constexpr):
     """Block dst = block src in both caches of one layer, for pair program_id(0): rows
     program_id(1) * ROWS onwards. A cache is [num_blocks, size_1, size_2, INNER]; its
     rows are the size_1 * size_2 runs of INNER elements."""
@@ -270,8 +191,11 @@ def copy_blocks(key_cache_ptr, value_cache_ptr, pairs_ptr, pairs_stride_0, pairs
         mask = (r < rows)[:, None]
     else:
         mask = (r < rows)[:, None] & (c < INNER)[None, :]
-    copy_one(key_cache_ptr, src, dst, kc_stride_0, kc_stride_1, kc_stride_2, kc_stride_3, i1, i2, c, mask)
-    copy_one(value_cache_ptr, src, dst, vc_stride_0, vc_stride_1, vc_stride_2, vc_stride_3, i1, i2, c, mask)
+    copy_one(key_cache_ptr, src, dst, kc_stride_0, kc_stride_1, kc_stride_2, kc_stride_3, i1, i2, c, mask, ALIGN)
+    copy_one(value_cache_ptr, src, dst, vc_stride_0, vc_stride_1, vc_stride_2, vc_stride_3, i1, i2, c, mask, ALIGN)
+
+
+copy_blocks, copy_blocks_unaligned = aligned_and_unaligned(_copy_blocks, COPY_INTEGERS, COPY_DATA_POINTERS)
 
 
 @triton.jit
@@ -304,8 +228,10 @@ def first_request(cu_ptr, first, num_reqs, SEARCH_STEPS: tl.constexpr):
 
 @triton.jit
 def gather_one(cache_ptr, stride_block, stride_offset, stride_head, stride_d, out_ptr, out_stride_token,
-               out_stride_head, out_stride_d, t, block, offset, heads, d, mask, scale, FP8: tl.constexpr):
-    place = (block * stride_block + offset * stride_offset)[:, None, None] + (heads * stride_head)[None, :, None]
+               out_stride_head, out_stride_d, t, block, offset, heads, d, mask, scale, FP8: tl.constexpr,
+               ALIGN: tl.constexpr):
+    place = (block * restored(stride_block, ALIGN) + offset * restored(stride_offset, ALIGN))[:, None, None] \
+        + (heads * restored(stride_head, ALIGN))[None, :, None]
     if FP8:
         # The same offsets, but seen by the compiler as runs of 4: then the one-byte
         # codes are loaded 4 to a thread, as the float32 results are stored, and no
@@ -315,13 +241,12 @@ def gather_one(cache_ptr, stride_block, stride_offset, stride_head, stride_d, ou
         x = e4m3_decode(codes.to(tl.int32), scale)
     else:
         x = tl.load(cache_ptr + place + (d * stride_d)[None, None, :], mask=mask)
-    out = (t * out_stride_token)[:, None, None] + (heads * out_stride_head)[None, :, None] \
-        + (d * out_stride_d)[None, None, :]
+    out = (t * restored(out_stride_token, ALIGN))[:, None, None] \
+        + (heads * restored(out_stride_head, ALIGN))[None, :, None] + (d * out_stride_d)[None, None, :]
     tl.store(out_ptr + out, x, mask=mask)
 
 
-@triton.jit(do_not_specialize=GATHER_SIZES)
-def gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, table_stride_1, cu_ptr,
+def _gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, table_stride_1, cu_ptr,
                   out_key_ptr, out_value_ptr, num_reqs, num_blocks, block_size, width, out_rows, num_heads,
                   kc_stride_block, kc_stride_offset, kc_stride_head, kc_stride_d,
                   vc_stride_block, vc_stride_offset, vc_stride_head, vc_stride_d,
@@ -329,7 +254,7 @@ def gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, tab
                   ov_stride_token, ov_stride_head, ov_stride_d,
                   k_scale, v_scale,
                   HEAD_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr, HEADS: tl.constexpr,
-                  EVEN_HEADS: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8: tl.constexpr):
+                  EVEN_HEADS: tl.constexpr, SEARCH_STEPS: tl.constexpr, FP8: tl.constexpr, ALIGN: tl.constexpr):
     """Output rows t < cu[num_reqs]: out[t] = the cache entry of token j = t - cu[r] of
     its request r, at block table[r, j // block_size], offset j % block_size, for this
     program's heads. The grid covers the outputs' rows (the token count cu[N] is
@@ -359,6 +284,10 @@ def gather_tokens(key_cache_ptr, value_cache_ptr, table_ptr, table_stride_0, tab
     mask = tile_mask(keep, heads, num_heads, d, HEAD_SIZE, BLOCK_D, EVEN_HEADS)
     t = t.to(tl.int64)
     gather_one(key_cache_ptr, kc_stride_block, kc_stride_offset, kc_stride_head, kc_stride_d, out_key_ptr,
-               ok_stride_token, ok_stride_head, ok_stride_d, t, block, offset, heads, d, mask, k_scale, FP8)
+               ok_stride_token, ok_stride_head, ok_stride_d, t, block, offset, heads, d, mask, k_scale, FP8, ALIGN)
     gather_one(value_cache_ptr, vc_stride_block, vc_stride_offset, vc_stride_head, vc_stride_d, out_value_ptr,
-               ov_stride_token, ov_stride_head, ov_stride_d, t, block, offset, heads, d, mask, v_scale, FP8)
+               ov_stride_token, ov_stride_head, ov_stride_d, t, block, offset, heads, d, mask, v_scale, FP8, ALIGN)
+
+
+gather_tokens, gather_tokens_unaligned = aligned_and_unaligned(_gather_tokens, GATHER_INTEGERS,
+                                                               GATHER_DATA_POINTERS)

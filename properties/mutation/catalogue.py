@@ -25,6 +25,7 @@ PREFIX = "blocktable/prefix.py"
 KEYS = "blocktable/keys.py"
 ORACLE = "blocktable/kernels/oracle.py"
 KV_KERNELS = "blocktable/kernels/kv.py"
+FP8_KERNELS = "blocktable/kernels/fp8.py"
 KV_WRAPPERS = "blocktable/kv.py"
 TRITON_ORACLE = {"BLOCKTABLE_ORACLE": "triton"}
 TRITON_KV = {"BLOCKTABLE_KV_KERNELS": "triton"}  # ours in the KV worlds, which the interpreter otherwise skips
@@ -222,17 +223,17 @@ CATALOGUE: tuple[Mutant, ...] = SLOT_MUTANTS + (
            "else (s[0], s[1], s[2], s[3])",
            "HND caches addressed as NHD: layouts confused",
            env=TRITON_KV),
-    Mutant("V04", "kv kernels", KV_KERNELS,
+    Mutant("V04", "kv kernels", FP8_KERNELS,
            "normal = (a + (0x7FFFF - (120 << 23)) + ((a >> 20) & 1)) >> 20",
            "normal = (a - (120 << 23)) >> 20",
            "fp8 rounded toward zero, not to nearest even",
            env=TRITON_KV, fp8_encoder="integer"),
-    Mutant("V05", "kv kernels", KV_KERNELS,
+    Mutant("V05", "kv kernels", FP8_KERNELS,
            "a = tl.minimum(q, 448.0).to(tl.int32, bitcast=True)",
            "a = q.to(tl.int32, bitcast=True)",
            "fp8 not saturated: values past 448 overflow into NaN and the sign",
            env=TRITON_KV, fp8_encoder="integer"),
-    Mutant("V06", "kv kernels", KV_KERNELS,
+    Mutant("V06", "kv kernels", FP8_KERNELS,
            "codes = tl.where((bits & 0x7FFFFFFF) > FLOAT32_INF, 0x7F, code).to(tl.uint8)",
            "codes = code.to(tl.uint8)",
            "fp8 NaN not kept: a NaN is stored as 448",
@@ -257,7 +258,7 @@ CATALOGUE: tuple[Mutant, ...] = SLOT_MUTANTS + (
            "    s = torch.empty(cache.shape).stride()\n",
            "strides of a non-contiguous cache ignored (FlashInfer #527): views of one tensor, padded heads",
            env=TRITON_KV),
-    Mutant("V11", "kv kernels", KV_KERNELS,
+    Mutant("V11", "kv kernels", FP8_KERNELS,
            "    value = (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True) * scale\n",
            "    value = (magnitude.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)\n",
            "fp8 gather that does not multiply by the scale",
@@ -280,17 +281,17 @@ CATALOGUE: tuple[Mutant, ...] = SLOT_MUTANTS + (
                       "ore at one byte an element); the lockstep's caches are far smaller, and the product is int64 fo"
                       "r production sizes",
            env=TRITON_KV),
-    Mutant("V15", "kv kernels", KV_KERNELS,
+    Mutant("V15", "kv kernels", FP8_KERNELS,
            "q = divide(tl.clamp(x, -limit, limit, propagate_nan=tl.PropagateNan.ALL), scale, reciprocal,",
            "q = divide(tl.clamp(x, -limit, limit), scale, reciprocal,",
            "fp8 clamp that lets a NaN take a bound: NaN stored as 448",
            env=TRITON_KV, fp8_encoder="hardware"),
-    Mutant("V16", "kv kernels", KV_KERNELS,
+    Mutant("V16", "kv kernels", FP8_KERNELS,
            "q = divide(tl.clamp(x, -limit, limit, propagate_nan=tl.PropagateNan.ALL), scale, reciprocal,",
            "q = divide(x, scale, reciprocal,",
            "fp8 saturation left to the conversion: an infinite key's residual is NaN, stored as NaN",
            env=TRITON_KV, fp8_encoder="hardware"),
-    Mutant("V17", "kv kernels", KV_KERNELS,
+    Mutant("V17", "kv kernels", FP8_KERNELS,
            "q = tl.fma(tl.fma(q0, scale, x * -1.0) * -1.0, reciprocal, q0)",
            "q = tl.fma(tl.fma(-q0, scale, x), reciprocal, q0)",
            "the division's residual taken as x - q0 * scale: -0 stored as +0",

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from blocktable import kv, kv_torch
 from blocktable.checks import data_checks
-from blocktable.kernels.kv import e4m3_decode, e4m3_encode, quantize
+from blocktable.kernels.fp8 import e4m3_decode, e4m3_encode, quantize
 from blocktable.reference import kv as reference
 from blocktable.reference.fp8 import MAGNITUDES, bfloat16_to_float32, decode_e4m3, encode_e4m3, float32_to_bfloat16
 
@@ -37,6 +37,10 @@ DTYPES = {"float16": (torch.float16, torch.float16, "auto"), "bfloat16": (torch.
           "float32": (torch.float32, torch.float32, "auto"), "fp8": (torch.bfloat16, torch.uint8, "fp8_e4m3")}
 NUMPY = {torch.float16: np.float16, torch.bfloat16: np.uint16, torch.float32: np.float32, torch.uint8: np.uint8}
 KINDS = ["contiguous", "one-tensor", "padded-transposed"]
+# Contiguous tensors whose strides are all multiples of 16 (D = 16): the kernels'
+# aligned compilation; and the same with the value cache one element into its
+# memory, which sends them to the unaligned one (blocktable.kernels.kv says why).
+ALIGNED_KINDS = ["aligned", "one-pointer-shifted"]
 
 
 # ---- buffers and their numpy mirrors --------------------------------------------------
@@ -84,9 +88,13 @@ def cache_views(kind: str, layout: str, sizes: tuple[int, int, int, int], dtype:
     """(buffers, key_cache, value_cache) of logical shape cache_shape(layout, *sizes)."""
     num_blocks, Bk, H, D = sizes
     shape = reference.cache_shape(layout, num_blocks, Bk, H, D)
-    if kind == "contiguous":
+    if kind in ("contiguous", "aligned"):
         bufs = [Buffer.poisoned(shape, dtype, rng, device) for _ in range(2)]
         return bufs, bufs[0].tensor, bufs[1].tensor
+    if kind == "one-pointer-shifted":
+        bufs = [Buffer.poisoned(shape, dtype, rng, device), Buffer.poisoned((int(np.prod(shape)) + 1,), dtype, rng,
+                                                                            device)]
+        return bufs, bufs[0].tensor, bufs[1].tensor[1:].view(shape)
     if kind == "one-tensor":
         buf = Buffer.poisoned((num_blocks, 2, *shape[1:]), dtype, rng, device)
         return [buf], buf.tensor[:, 0], buf.tensor[:, 1]
@@ -98,9 +106,17 @@ def cache_views(kind: str, layout: str, sizes: tuple[int, int, int, int], dtype:
             swapped.tensor.permute(0, 2, 1, 3))
 
 
-def token_views(n: int, H: int, D: int, dtype: torch.dtype, values: np.ndarray | None, rng, device):
+def token_views(n: int, H: int, D: int, dtype: torch.dtype, values: np.ndarray | None, rng, device,
+                contiguous: bool = False):
     """(buffers, key, value): [n + 3, H, D] each (three padding rows); the key a slice
-    of a wider tensor, the value a transposed one."""
+    of a wider tensor, the value a transposed one, unless `contiguous`."""
+    if contiguous:
+        bufs = [Buffer.poisoned((n + 3, H, D), dtype, rng, device) for _ in range(2)]
+        if values is not None:
+            for buf, v in zip(bufs, values):
+                buf.array[...] = v
+                buf.reload()
+        return bufs, bufs[0].tensor, bufs[1].tensor
     key_buf = Buffer.poisoned((n + 3, H, D + 2), dtype, rng, device)
     value_buf = Buffer.poisoned((H, n + 3, D), dtype, rng, device)
     if values is not None:  # fp8 inputs: real values rather than random bits
@@ -146,14 +162,15 @@ def run_write(impl: str, layout: str, dtype_name: str, kind: str, device, seed: 
     rng = np.random.default_rng(seed)
     x_dtype, cache_dtype, kv_cache_dtype = DTYPES[dtype_name]
     x_dtype = key_dtype or x_dtype
-    sizes = (5, 3, 3, 5) if kind == "padded-transposed" else (5, 4, 2, 8)  # (num_blocks, Bk, H, D)
+    sizes = {"padded-transposed": (5, 3, 3, 5), "aligned": (5, 4, 2, 16),
+             "one-pointer-shifted": (5, 4, 2, 16)}.get(kind, (5, 4, 2, 8))  # (num_blocks, Bk, H, D)
     num_blocks, Bk, H, D = sizes
     n = 9
     caches, kc, vc = cache_views(kind, layout, sizes, cache_dtype, rng, device)
     values = None
     if kv_cache_dtype == "fp8_e4m3":
         values = [as_dtype(interesting_floats((n + 3, H, D), rng), x_dtype) for _ in range(2)]
-    tokens, key, value = token_views(n, H, D, x_dtype, values, rng, device)
+    tokens, key, value = token_views(n, H, D, x_dtype, values, rng, device, contiguous=kind in ALIGNED_KINDS)
     slots = rng.permutation(num_blocks * Bk)[:n].astype(np.int64)
     slots[[2, 6]] = [-1, -5]  # any negative slot writes nothing
     scale_args = dict(k_scale=scales[0], v_scale=scales[1])
@@ -237,7 +254,8 @@ def test_an_empty_write_changes_nothing(backend):
 def run_copy(impl: str, dtype_name: str, kind: str, device, seed: int = 0, rows: tuple | None = None) -> None:
     rng = np.random.default_rng(seed)
     cache_dtype = DTYPES[dtype_name][1]
-    sizes = (8, 3, 2, 5) if kind == "padded-transposed" else (8, 4, 2, 8)
+    sizes = {"padded-transposed": (8, 3, 2, 5), "aligned": (8, 4, 2, 16),
+             "one-pointer-shifted": (8, 4, 2, 16)}.get(kind, (8, 4, 2, 8))
     layers = [cache_views(kind, "NHD", sizes, cache_dtype, rng, device) for _ in range(2)]
     # Sources may repeat; destinations are distinct and never a source.
     blocks = rng.permutation(sizes[0])
@@ -282,7 +300,8 @@ def run_gather(impl: str, layout: str, dtype_name: str, kind: str, device, seed:
     rng = np.random.default_rng(seed)
     _, cache_dtype, kv_cache_dtype = DTYPES[dtype_name]
     out_dtype = torch.float32 if kv_cache_dtype == "fp8_e4m3" else cache_dtype
-    sizes = (6, 3, 3, 5) if kind == "padded-transposed" else (6, 4, 2, 8)
+    sizes = {"padded-transposed": (6, 3, 3, 5), "aligned": (6, 4, 2, 16),
+             "one-pointer-shifted": (6, 4, 2, 16)}.get(kind, (6, 4, 2, 8))
     num_blocks, Bk, H, D = sizes
     caches, kc, vc = cache_views(kind, layout, sizes, cache_dtype, rng, device)  # random bits: every code
     lengths = [5, 0, 1, 3 * Bk]  # an empty request, and one that fills its row
@@ -294,9 +313,13 @@ def run_gather(impl: str, layout: str, dtype_name: str, kind: str, device, seed:
         table_buf[r, :2 * used:2] = rng.integers(0, num_blocks, used)
     total = int(cu[-1])
     out_rows = total + 3  # three rows past cu_lens[N]: never written
-    outs = [Buffer.poisoned((out_rows, H, D + 1), out_dtype, rng, device),
-            Buffer.poisoned((H, out_rows, D), out_dtype, rng, device)]
-    out_key, out_value = outs[0].tensor[:, :, 1:], outs[1].tensor.permute(1, 0, 2)
+    if kind in ALIGNED_KINDS:
+        outs = [Buffer.poisoned((out_rows, H, D), out_dtype, rng, device) for _ in range(2)]
+        out_key, out_value = outs[0].tensor, outs[1].tensor
+    else:
+        outs = [Buffer.poisoned((out_rows, H, D + 1), out_dtype, rng, device),
+                Buffer.poisoned((H, out_rows, D), out_dtype, rng, device)]
+        out_key, out_value = outs[0].tensor[:, :, 1:], outs[1].tensor.permute(1, 0, 2)
     table = table_buf[:, ::2]  # a column-strided view
     scales = dict(k_scale=0.37, v_scale=3.0)
     reference.gather(caches[0].mirror(kc), caches[-1].mirror(vc), table, cu, outs[0].mirror(out_key),
@@ -321,6 +344,30 @@ def test_gather_matches_the_reference(backend, impl, layout, dtype_name, kind):
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 def test_gather_in_several_tiles(backend, layout, dtype_name):
     run_gather("triton", layout, dtype_name, "padded-transposed", backend.device, seed=1, tiles="small")
+
+
+@pytest.mark.parametrize("kind", ALIGNED_KINDS)
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "fp8"])
+@pytest.mark.parametrize("op", ["write", "copy", "gather"])
+def test_the_aligned_and_unaligned_compilations_both_match_the_reference(backend, op, dtype_name, kind):
+    """The aligned compilation takes tensors only where all of them are aligned (on a
+    GPU a wrong claim is a misaligned vector access or wrong bytes); one pointer off by
+    an element sends the call to the unaligned one."""
+    taken, real = [], kv.aligned_strides
+
+    def spy(tensors, strides):
+        aligned, passed = real(tensors, strides)
+        taken.append(aligned)
+        return aligned, passed
+
+    with mock.patch.object(kv, "aligned_strides", spy):
+        if op == "write":
+            run_write("triton", "NHD", dtype_name, kind, backend.device)
+        elif op == "copy":
+            run_copy("triton", dtype_name, kind, backend.device)
+        else:
+            run_gather("triton", "NHD", dtype_name, kind, backend.device)
+    assert taken and set(taken) == {kind == "aligned"}
 
 
 def test_an_unchecked_gather_leaves_rows_with_bad_blocks_alone(backend):
@@ -457,7 +504,7 @@ def _window_bits(scale: float) -> tuple[int, int]:
 
 @pytest.mark.parametrize("scale", DIVISION_SCALES)
 def test_fast_division_gives_the_codes_of_ieee_division(backend, scale):
-    """The write's three-operation division (kernels/kv.py `divide`) against IEEE
+    """The write's three-operation division (kernels/fp8.py `divide`) against IEEE
     division and the reference, by each encoder: on random floats across the window
     where codes change, the floats beside every midpoint between two codes, and the
     specials. (On a GPU the next test covers every float32.)"""

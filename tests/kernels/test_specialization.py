@@ -4,8 +4,11 @@ or a multiple of 16, for each pointer whether it is 16-byte aligned. A fuzzing r
 meets every size, so each of those is a compilation paid on first use, which on a
 fresh GPU runner was most of a KV world's first minute (docs/results.md). The kernels
 leave unspecialized what vectorizes nothing: sizes, and (V2) the alignment of
-pointers that are only ever read through indices; compile-time constants that follow
-a size take a few values, not one per power of two. The strides along D stay
+pointers that are only ever read through indices; compile-time
+constants that follow a size take a few values, not one per power of two. The KV
+kernels' other strides and data pointers are specialized as one: each kernel is
+compiled for all of them aligned (pointers specialized, strides multiplied by a
+compile-time 16) or for any (none specialized). The strides along D stay
 specialized: a unit stride there is what vectorizes the KV loads and stores.
 
 Triton ignores a name in `do_not_specialize` that is not a parameter, so a renamed
@@ -29,8 +32,8 @@ from blocktable.device import Backend
 PROGRAM = """
 import json
 from blocktable.kernels import kv, v2
-names = ("write_tokens", "copy_blocks", "gather_tokens", "append_block_ids", "gather_block_tables",
-         "compute_slot_mappings")
+names = ("write_tokens", "copy_blocks", "gather_tokens", "write_tokens_unaligned", "copy_blocks_unaligned",
+         "gather_tokens_unaligned", "append_block_ids", "gather_block_tables", "compute_slot_mappings")
 print(json.dumps({name: {p.name: [p.is_constexpr, bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment)]
                          for p in (getattr(kv, name, None) or getattr(v2, name)).params} for name in names}))
 """
@@ -45,22 +48,49 @@ def params(tmp_path_factory) -> dict[str, dict[str, list[bool]]]:
     return json.loads(done.stdout)
 
 
-SIZES = {"write_tokens": ["num_tokens", "num_slots", "block_size", "num_heads"],
-         "copy_blocks": ["num_blocks", "rows", "size_2"],
-         "gather_tokens": ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width", "out_rows",
-                           "num_heads"]}
+INTEGERS = {"write_tokens": ["num_tokens", "num_slots", "block_size", "num_heads",
+                             "key_stride_token", "key_stride_head", "value_stride_token", "value_stride_head",
+                             "kc_stride_block", "kc_stride_offset", "kc_stride_head",
+                             "vc_stride_block", "vc_stride_offset", "vc_stride_head"],
+            "copy_blocks": ["num_blocks", "rows", "size_2",
+                            "kc_stride_0", "kc_stride_1", "kc_stride_2", "vc_stride_0", "vc_stride_1", "vc_stride_2"],
+            "gather_tokens": ["table_stride_0", "num_reqs", "num_blocks", "block_size", "width",
+                              "out_rows", "num_heads", "kc_stride_block", "kc_stride_offset", "kc_stride_head",
+                              "vc_stride_block", "vc_stride_offset", "vc_stride_head",
+                              "ok_stride_token", "ok_stride_head", "ov_stride_token", "ov_stride_head"]}
 D_STRIDES = {"write_tokens": ["key_stride_d", "value_stride_d", "kc_stride_d", "vc_stride_d"],
              "copy_blocks": ["kc_stride_3", "vc_stride_3"],
              "gather_tokens": ["kc_stride_d", "vc_stride_d", "ok_stride_d", "ov_stride_d"]}
+DATA_POINTERS = {"write_tokens": ["key_ptr", "value_ptr", "key_cache_ptr", "value_cache_ptr"],
+                 "copy_blocks": ["key_cache_ptr", "value_cache_ptr"],
+                 "gather_tokens": ["key_cache_ptr", "value_cache_ptr", "out_key_ptr", "out_value_ptr"]}
 
 
-@pytest.mark.parametrize("kernel", sorted(SIZES))
+@pytest.mark.parametrize("kernel", sorted(INTEGERS))
 def test_the_kv_kernels_compile_once_for_every_size_and_keep_the_strides_along_d(params, kernel):
-    flags = params[kernel]
-    unspecialized = sorted(name for name, (constexpr, dns, _) in flags.items() if dns)
-    assert unspecialized == sorted(SIZES[kernel])
-    for name in D_STRIDES[kernel]:
-        assert flags[name] == [False, False, False], name
+    """And once for each of the two alignments: the aligned compilation specializes
+    every data pointer (the wrapper sends it only aligned ones), the other none."""
+    for compiled, unaligned_pointers in ((kernel, []), (kernel + "_unaligned", sorted(DATA_POINTERS[kernel]))):
+        flags = params[compiled]
+        unspecialized = sorted(name for name, (constexpr, dns, _) in flags.items() if dns)
+        assert unspecialized == sorted(INTEGERS[kernel]), compiled
+        for name in D_STRIDES[kernel]:
+            assert flags[name] == [False, False, False], (compiled, name)
+        assert flags["ALIGN"][0], "ALIGN is a compile-time constant"
+        assert sorted(name for name, (_, _, dns_alignment) in flags.items() if dns_alignment) == unaligned_pointers
+
+
+def test_the_aligned_compilation_takes_only_aligned_pointers_and_strides():
+    cache = torch.zeros(4, 2, 2, 16)
+    aligned, strides = kv.aligned_strides([cache, cache], [cache.stride(), cache.stride()])
+    assert aligned and strides == [4, 2, 1, 1] * 2  # (64, 32, 16) / 16, and the stride along D as it is
+    shifted = torch.zeros(cache.numel() + 1)[1:].view(cache.shape)  # 4 bytes into its memory
+    assert kv.aligned_strides([cache, shifted], [cache.stride(), shifted.stride()]) == (
+        False, [64, 32, 16, 1] * 2)
+    narrow = torch.zeros(4, 2, 2, 24)[..., :16]  # a head stride of 24: not a multiple of 16
+    assert not kv.aligned_strides([cache, narrow], [cache.stride(), narrow.stride()])[0]
+    assert kv.aligned_strides([cache], [(32, 1)]) == (True, [2, 1])  # the last stride is never divided
+    assert kv.aligned_strides([cache], [(32, 8)]) == (True, [2, 8])
 
 
 def test_the_gathers_search_compiles_once_for_every_batch_of_up_to_16_requests():
