@@ -14,14 +14,15 @@ pointer and strides that are multiples of 16. Triton would specialize each point
 and stride on that separately, one compilation per pattern; a fuzzing run meets
 most patterns and pays each on first use. So the other strides are passed divided
 by ALIGN and multiplied back in the kernel, and each kernel is compiled twice: with
-ALIGN = 16 when every tensor moved is aligned (its pointers specialized, all of
-them aligned), and with ALIGN = 1 otherwise (no pointer specialized). Sizes (token,
-slot, block and request counts, the block size, the head count) are left
-unspecialized too: they vectorize nothing.
-Strides are multiplied back in int64, and block ids, token indices and heads are
-widened to int64 before they multiply one (a block id times a block's stride passes
-2**31 in large caches); divisions stay in int32 where the values fit (a 64-bit
-division is a call to a long subroutine on a GPU).
+ALIGN = 16 when every tensor moved is aligned (its data pointers specialized, all of
+them aligned), and with ALIGN = 1 otherwise (no data pointer specialized). The index
+tensors (slots, pairs, block table, cu_lens) keep Triton's specialization: a fuzzing
+run passes them one way. Sizes (token, slot, block and request counts, the block
+size, the head count) are left unspecialized: they vectorize nothing. Strides are
+multiplied back in int64, and block ids, token indices and heads are widened to
+int64 before they multiply one (a block id times a block's stride passes 2**31 in
+large caches); divisions stay in int32 where the values fit (a 64-bit division is a
+call to a long subroutine on a GPU).
 
 The grids: write and gather run one program per (tile of TOKENS tokens, group of
 HEADS heads), each moving a [TOKENS, HEADS, D] tile of the key and of the value (the
