@@ -23,15 +23,15 @@ from blocktable.properties.run.fuzz import fuzz_child
 from blocktable.properties.run.messages import Job, Message, Result, Stats
 
 
-def one_pass(examples: int, seed: int, device: str, folder: str) -> tuple[Stats, float]:
+def run(job: Job) -> tuple[Stats, float]:
+    """One fuzzing child in this process: its statistics and its wall time. Stops
+    with an error unless it passed (a failing run's time is no step's cost)."""
     results: list[Result] = []
 
     def keep(message: Message) -> None:
         if isinstance(message, Result):
             results.append(message)
 
-    job = Job("triton", device=device, seed=seed, examples=examples, out=folder,
-              journal=os.path.join(folder, "journal.jsonl"))
     start = time.perf_counter()
     fuzz_child(job, keep)
     elapsed = time.perf_counter() - start
@@ -39,6 +39,11 @@ def one_pass(examples: int, seed: int, device: str, folder: str) -> tuple[Stats,
     if result.status != "pass" or result.stats is None:
         sys.exit(f"the run did not pass ({result.status}): time a passing run")
     return result.stats, elapsed
+
+
+def one_pass(examples: int, seed: int, device: str, folder: str) -> tuple[Stats, float]:
+    return run(Job("triton", device=device, seed=seed, examples=examples, out=folder,
+                   journal=os.path.join(folder, "journal.jsonl")))
 
 
 def main() -> None:
