@@ -96,18 +96,18 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-def aligned_strides(tensors: Sequence[torch.Tensor], strides: Sequence[Sequence[int]]) -> tuple[bool, list[int]]:
-    """Whether the aligned compilation of a KV kernel takes these tensors, and their
-    strides as passed (blocktable.kernels.kv says why): each tensor's strides but the
-    last (the one along D, or along a copy's row) divided by the kernel's ALIGN. The
-    aligned one takes them when every pointer is 16-byte aligned and every one of
-    those strides a multiple of 16 elements: what Triton's own specialization asks."""
+def aligned_strides(tensors: Sequence[torch.Tensor], strides: Sequence[Sequence[int]]) -> tuple[int, list[int]]:
+    """The KV kernels' ALIGN for these tensors (blocktable.kernels.kv says why), and
+    their strides as passed: each tensor's strides but the last (the one along D, or
+    along a copy's row) divided by it. ALIGN is 16, the aligned compilation's, when
+    every pointer is 16-byte aligned and every one of those strides a multiple of 16
+    elements (what Triton's own specialization asks), else 1."""
     from blocktable.kernels.kv import ALIGNMENT
 
     aligned = all(t.data_ptr() % ALIGNMENT == 0 for t in tensors) and all(
         x % ALIGNMENT == 0 for each in strides for x in each[:-1])
     align = ALIGNMENT if aligned else 1
-    return aligned, [x for each in strides for x in (*(y // align for y in each[:-1]), each[-1])]
+    return align, [x for each in strides for x in (*(y // align for y in each[:-1]), each[-1])]
 
 
 def launch_tiles(backend: Backend, num_heads: int, head_size: int) -> tuple[int, int, int]:
@@ -152,7 +152,7 @@ def write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value
     H, D = sizes.num_heads, sizes.head_size
     if n == 0 or H == 0 or D == 0:
         return
-    from blocktable.kernels.kv import ALIGNMENT, write_tokens, write_tokens_unaligned
+    from blocktable.kernels.kv import write_tokens, write_tokens_unaligned
 
     if kv_cache_dtype == "auto":
         key, value, key_cache, value_cache = (bits(t) for t in (key, value, key_cache, value_cache))
@@ -164,15 +164,15 @@ def write(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value
     tokens, heads, warps = launch_tiles(backend, H, D)
     k, v = check_scale("k_scale", k_scale), check_scale("v_scale", v_scale)
     num_slots = sizes.num_blocks * sizes.block_size
-    aligned, strides = aligned_strides((key, value, key_cache, value_cache), (
+    align, strides = aligned_strides((key, value, key_cache, value_cache), (
         key.stride(), value.stride(), cache_strides(key_cache, layout), cache_strides(value_cache, layout)))
-    (write_tokens if aligned else write_tokens_unaligned)[(-(-n // tokens), -(-H // heads))](
+    (write_tokens if align > 1 else write_tokens_unaligned)[(-(-n // tokens), -(-H // heads))](
         key, value, key_cache, value_cache, slot_mapping, slot_mapping.stride(0),
         n, num_slots, sizes.block_size, H, *strides, k, reciprocal(k), v, reciprocal(v),
         HEAD_SIZE=D, BLOCK_D=_next_power_of_2(D), TOKENS=tokens, HEADS=heads, EVEN_HEADS=H % heads == 0, MODE=mode,
         EXACT_DIVISION=not all(FAST_DIVISION_SCALES[0] <= x <= FAST_DIVISION_SCALES[1] for x in (k, v)),
         HARDWARE_FP8=mode != "copy" and hardware_fp8(backend), SLOTS_INT32=num_slots <= 2**31,
-        ALIGN=ALIGNMENT if aligned else 1, num_warps=warps)
+        ALIGN=align, num_warps=warps)
 
 
 def copy_blocks(key_caches: Sequence[torch.Tensor], value_caches: Sequence[torch.Tensor],
@@ -182,18 +182,18 @@ def copy_blocks(key_caches: Sequence[torch.Tensor], value_caches: Sequence[torch
     m = check_copy(key_caches, value_caches, block_mapping, backend)
     if m == 0 or not key_caches or key_caches[0][0].numel() == 0:
         return
-    from blocktable.kernels.kv import ALIGNMENT, copy_blocks_unaligned
     from blocktable.kernels.kv import copy_blocks as kernel
+    from blocktable.kernels.kv import copy_blocks_unaligned
 
     _, size_1, size_2, inner = key_caches[0].shape
     rows = size_1 * size_2
     per_program, warps = launch_rows(backend, rows, inner)
     for key_cache, value_cache in zip(key_caches, value_caches):  # one launch a layer: its own strides
-        aligned, strides = aligned_strides((key_cache, value_cache), (key_cache.stride(), value_cache.stride()))
-        (kernel if aligned else copy_blocks_unaligned)[(m, -(-rows // per_program))](
+        align, strides = aligned_strides((key_cache, value_cache), (key_cache.stride(), value_cache.stride()))
+        (kernel if align > 1 else copy_blocks_unaligned)[(m, -(-rows // per_program))](
             bits(key_cache), bits(value_cache), block_mapping, *block_mapping.stride(), key_cache.shape[0],
             rows, size_2, *strides, INNER=inner, BLOCK_INNER=_next_power_of_2(inner), ROWS=per_program,
-            ALIGN=ALIGNMENT if aligned else 1, num_warps=warps)
+            ALIGN=align, num_warps=warps)
 
 
 def gather(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torch.Tensor, cu_lens: torch.Tensor,
@@ -207,17 +207,17 @@ def gather(key_cache: torch.Tensor, value_cache: torch.Tensor, block_table: torc
     H, D = sizes.num_heads, sizes.head_size
     if N == 0 or rows == 0 or H == 0 or D == 0:
         return
-    from blocktable.kernels.kv import ALIGNMENT, gather_tokens, gather_tokens_unaligned
+    from blocktable.kernels.kv import gather_tokens, gather_tokens_unaligned
 
     fp8 = kv_cache_dtype == "fp8_e4m3"
     if not fp8:
         key_cache, value_cache, out_key, out_value = (bits(t) for t in (key_cache, value_cache, out_key, out_value))
     tokens, heads, warps = launch_tiles(backend, H, D)
-    aligned, strides = aligned_strides((key_cache, value_cache, out_key, out_value), (
+    align, strides = aligned_strides((key_cache, value_cache, out_key, out_value), (
         cache_strides(key_cache, layout), cache_strides(value_cache, layout), out_key.stride(), out_value.stride()))
-    (gather_tokens if aligned else gather_tokens_unaligned)[(-(-rows // tokens), -(-H // heads))](
+    (gather_tokens if align > 1 else gather_tokens_unaligned)[(-(-rows // tokens), -(-H // heads))](
         key_cache, value_cache, block_table, *block_table.stride(), cu_lens, out_key, out_value,
         N, sizes.num_blocks, sizes.block_size, block_table.shape[1], rows, H,
         *strides, check_scale("k_scale", k_scale), check_scale("v_scale", v_scale),
         HEAD_SIZE=D, BLOCK_D=_next_power_of_2(D), TOKENS=tokens, HEADS=heads, EVEN_HEADS=H % heads == 0,
-        SEARCH_STEPS=search_steps(N), FP8=fp8, ALIGN=ALIGNMENT if aligned else 1, num_warps=warps)
+        SEARCH_STEPS=search_steps(N), FP8=fp8, ALIGN=align, num_warps=warps)

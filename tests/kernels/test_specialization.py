@@ -82,15 +82,15 @@ def test_the_kv_kernels_compile_once_for_every_size_and_keep_the_strides_along_d
 
 def test_the_aligned_compilation_takes_only_aligned_pointers_and_strides():
     cache = torch.zeros(4, 2, 2, 16)
-    aligned, strides = kv.aligned_strides([cache, cache], [cache.stride(), cache.stride()])
-    assert aligned and strides == [4, 2, 1, 1] * 2  # (64, 32, 16) / 16, and the stride along D as it is
+    assert kv.aligned_strides([cache, cache], [cache.stride(), cache.stride()]) == (
+        16, [4, 2, 1, 1] * 2)  # (64, 32, 16) / 16, and the stride along D as it is
     shifted = torch.zeros(cache.numel() + 1)[1:].view(cache.shape)  # 4 bytes into its memory
     assert kv.aligned_strides([cache, shifted], [cache.stride(), shifted.stride()]) == (
-        False, [64, 32, 16, 1] * 2)
+        1, [64, 32, 16, 1] * 2)
     narrow = torch.zeros(4, 2, 2, 24)[..., :16]  # a head stride of 24: not a multiple of 16
-    assert not kv.aligned_strides([cache, narrow], [cache.stride(), narrow.stride()])[0]
-    assert kv.aligned_strides([cache], [(32, 1)]) == (True, [2, 1])  # the last stride is never divided
-    assert kv.aligned_strides([cache], [(32, 8)]) == (True, [2, 8])
+    assert kv.aligned_strides([cache, narrow], [cache.stride(), narrow.stride()])[0] == 1
+    assert kv.aligned_strides([cache], [(32, 1)]) == (16, [2, 1])  # the last stride is never divided
+    assert kv.aligned_strides([cache], [(32, 8)]) == (16, [2, 8])
 
 
 def test_the_gathers_search_compiles_once_for_every_batch_of_up_to_16_requests():
