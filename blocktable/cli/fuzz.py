@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
+from blocktable import device
 from blocktable.cli.common import (
     DISPLAY,
     EXIT_FAIL,
@@ -33,6 +34,7 @@ from blocktable.cli.common import (
     v2_specs,
 )
 from blocktable.cli.progress import Bars, bars
+from blocktable.cli.warm import add_no_warm, background
 from blocktable.plugin import CLASS_KINDS, KV_KINDS, V2_KINDS, attribute, replaces_slot_kernel
 from blocktable.properties.report.report import render
 from blocktable.properties.run import messages, parent
@@ -69,6 +71,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="when the kernel kills its process, spend up to S seconds replaying smaller "
                         "programs in fresh processes to shrink the crash (default 120; 0: keep it as found)")
     add_call_timeout(p)
+    add_no_warm(p)
     p.add_argument("--verbose", action="store_true",
                    help="reports show the whole exception chain of a kernel that raised")
     p.add_argument("--strict-nan", action="store_true",
@@ -225,7 +228,8 @@ def _run(args: argparse.Namespace) -> int:
     if jobs > 1:
         from blocktable.cli import fuzz_workers
 
-        workers = fuzz_workers.run(target, job, jobs, args.out, shown, _detail)
+        with background(args, kv, jobs):
+            workers = fuzz_workers.run(target, job, jobs, args.out, shown, _detail)
         result, latest = workers.result, workers.total
         if result is None:  # a worker died: its journal has the fatal step
             fuzz_workers.remove_journals(workers, keep=workers.ended_by)
@@ -235,7 +239,8 @@ def _run(args: argparse.Namespace) -> int:
                             workers.outcomes[died].exitcode, until)
         fuzz_workers.remove_journals(workers)
     else:
-        result, exitcode, latest = _run_one(args, shown, job, target, examples)
+        with background(args, kv, jobs):
+            result, exitcode, latest = _run_one(args, shown, job, target, examples)
         if result is None:  # the child died: the journal has the fatal step
             return _crashed(args, job, journal, exitcode, until)
     _remove_journal(journal, args.out if made else None, keep_folder=result.status == "fail")
@@ -259,7 +264,7 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as e:
         return usage_error("fuzz", f"cannot write the case file {failure.case}: {e.strerror or e}")
     if until is None or time.monotonic() < until:  # the triage replay is the first thing a time limit drops
-        report.triage = parent.triage(failure, kernel, args.device != "cpu" and _cuda())
+        report.triage = parent.triage(failure, kernel, device.chooses_gpu(args.device))
     console.print(render(report), markup=False, soft_wrap=True)
     console.print(f"case file: {failure.case}", soft_wrap=True)
     return EXIT_FAIL
@@ -390,8 +395,3 @@ def _summary(kernel: str, args: argparse.Namespace, stats: Stats, result: Result
 
         console.print(worker_table(workers))
 
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()

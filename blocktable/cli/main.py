@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from rich.text import Text
 
-from blocktable.cli import bench, fuzz, mutants, progress, replay, selfcheck
+from blocktable.cli import bench, fuzz, mutants, progress, replay, selfcheck, warm
 from blocktable.cli.common import EXIT_USAGE, UsageError, check_folder, errors, interrupted, usage_error
 
 
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     mutants.add_parser(sub)
     replay.add_parser(sub)
     selfcheck.add_parser(sub)
+    warm.add_parser(sub)
     return parser
 
 

@@ -75,6 +75,16 @@ def cache_pair(flat: Any, kv: KVConfig, blocks: int, block_size: int) -> CachePa
     return CachePair(flat, key[..., :D], value[..., :D])
 
 
+def cache_dtype(kv: KVConfig) -> str:
+    """The dtype of a world's cache memory: the keys' own, or fp8 codes as bytes."""
+    return kv.dtype if kv.kv_cache_dtype == "auto" else "uint8"
+
+
+def out_dtype(kv: KVConfig) -> str:
+    """The dtype a gather writes: the cache's, or float32 decoded from fp8."""
+    return kv.dtype if kv.kv_cache_dtype == "auto" else "float32"
+
+
 def flat_size(kv: KVConfig, blocks: int, block_size: int) -> int:
     return 2 * GUARD + blocks * 2 * block_size * kv.num_heads * (kv.head_size + kv.pad)
 
@@ -114,8 +124,7 @@ class KVWorld:
     def __init__(self, state: State, kv: KVConfig, kernels: KVKernels) -> None:
         self.state, self.kv, self.kernels = state, kv, kernels
         run = state
-        self.cache_dtype = kv.dtype if kv.kv_cache_dtype == "auto" else "uint8"
-        self.out_dtype = kv.dtype if kv.kv_cache_dtype == "auto" else "float32"
+        self.cache_dtype, self.out_dtype = cache_dtype(kv), out_dtype(kv)
         rng = np.random.default_rng(7)
         self.ref: list[CachePair] = []
         self.impl: list[CachePair] = []

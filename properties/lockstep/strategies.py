@@ -50,16 +50,20 @@ _FILL = st.sampled_from(["tight", "quarter", "roomy", "roomy"])
 # Prefix-caching worlds' pools: small (it cycles and evicts) or not.
 _PREFIX_POOL = st.one_of(st.integers(2, 12), st.integers(16, 64))
 _TIGHT = st.integers(1, 4)
-_MAX_NUM_REQS = st.integers(1, 6)
+MAX_NUM_REQS = 6
+_MAX_NUM_REQS = st.integers(1, MAX_NUM_REQS)
 _BATCH_LONG = st.sampled_from([1025, 2048])
 _BATCH = st.sampled_from([1, 7, 16, 64, 256, 1024, 1025, 2048])
 
 
+# Every launch of the kernel under test is per rank and per group: weighted toward
+# small W so that examples stay cheap under the interpreter.
+WORLD_SIZES = (1, 1, 1, 2, 2, 4, 8)
+
+
 @functools.cache
 def _world_sizes(max_world: int) -> st.SearchStrategy[int]:
-    # Every launch of the kernel under test is per rank and per group: weighted toward
-    # small W so that examples stay cheap under the interpreter.
-    return st.sampled_from([w for w in (1, 1, 1, 2, 2, 4, 8) if w <= max_world])
+    return st.sampled_from([w for w in WORLD_SIZES if w <= max_world])
 
 
 @functools.cache
@@ -267,7 +271,13 @@ def spread(base: int, positions: list[int]) -> tuple[int, ...]:
     return tuple(ids)
 
 
-_SCALES = st.sampled_from([1.0, 1.0, 0.5, 0.37, 2.5, 0.0173, 96.0])
+# What a KV world draws (kv_configs); lockstep/warm.py compiles a kernel variant for each.
+KV_HEADS = (1, 2, 3)
+KV_HEAD_SIZES = (1, 2, 3, 4, 8)
+KV_DTYPES = ("float16", "bfloat16", "float32")
+KV_CACHE_DTYPES = ("auto", "fp8_e4m3")
+KV_SCALES = (1.0, 1.0, 0.5, 0.37, 2.5, 0.0173, 96.0)
+_SCALES = st.sampled_from(KV_SCALES)
 
 
 @st.composite
@@ -276,9 +286,9 @@ def kv_configs(draw: st.DrawFn) -> KVConfig:
     dtype, both layouts, joint or separate caches, padded strides, fp8 with scales that
     are not powers of two."""
     fp8 = draw(st.booleans())
-    return KVConfig(num_heads=draw(st.integers(1, 3)), head_size=draw(st.sampled_from([1, 2, 3, 4, 8])),
-                    dtype=draw(st.sampled_from(["float16", "bfloat16", "float32"])),
-                    kv_cache_dtype="fp8_e4m3" if fp8 else "auto", layout=draw(st.sampled_from(["NHD", "HND"])),
+    return KVConfig(num_heads=draw(st.integers(KV_HEADS[0], KV_HEADS[-1])),
+                    head_size=draw(st.sampled_from(KV_HEAD_SIZES)), dtype=draw(st.sampled_from(KV_DTYPES)),
+                    kv_cache_dtype=KV_CACHE_DTYPES[fp8], layout=draw(st.sampled_from(["NHD", "HND"])),
                     joint=draw(st.booleans()), pad=draw(st.sampled_from([0, 0, 1, 3])),
                     k_scale=draw(_SCALES) if fp8 else 1.0, v_scale=draw(_SCALES) if fp8 else 1.0)
 

@@ -106,7 +106,7 @@ def placements(jobs: int, gpus: list[str], cores: list[int] | None = None) -> li
 
 
 @contextmanager
-def _inherited(placement: Placement) -> Iterator[None]:
+def inherited(placement: Placement) -> Iterator[None]:
     """Set what a process started now inherits: the environment and the CPU
     affinity of the thread that starts it. Restored afterwards."""
     saved = {name: os.environ.get(name) for name in placement.env}
@@ -183,7 +183,7 @@ def run_workers(target: Target, jobs: list[Job], places: list[Placement],
             reader, writer = context.Pipe(duplex=False)
             heartbeats.append(context.RawValue("d", 0.0))
             process = context.Process(target=_worker, args=(target, job, writer, heartbeats[-1]), daemon=True)
-            with _inherited(place), sigint_ignored():
+            with inherited(place), sigint_ignored():
                 process.start()
             writer.close()  # the worker holds the only write end: its exit ends the stream
             processes.append(process)

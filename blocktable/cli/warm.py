@@ -1,0 +1,95 @@
+"""`blocktable warm`: compile into Triton's cache every variant of our KV kernels that
+the lockstep's KV worlds can ask for, with all the usable cores. A fuzzing run on a
+GPU then loads each variant from the cache instead of compiling it on first use,
+which on a fresh host costs a third of its first minute (docs/results.md). `fuzz`
+warms the same way in the background on the cores it leaves (unless --no-warm); run
+this once per host, Triton version and kind of GPU before timing runs against each
+other, or when building a runner's image. Exit 0: every call ran; 1: a call raised
+(each is named); 2: usage error."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from blocktable import device
+from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, usage_error
+from blocktable.cli.progress import bars
+from blocktable.device import CHOICES
+from blocktable.plugin import KV_KINDS
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("warm", help="compile the KV kernels' variants that fuzzing needs into Triton's cache",
+                       description=__doc__)
+    p.add_argument("--device", default="auto", choices=CHOICES,
+                   help="auto (the GPU if present), cuda, or cpu (the interpreter: nothing to compile)")
+    p.add_argument("--processes", type=int, metavar="P",
+                   help="processes compiling at once (default: one per usable core)")
+    p.set_defaults(run=run)
+
+
+def add_no_warm(p: argparse.ArgumentParser) -> None:
+    """fuzz's switch for the background warm."""
+    p.add_argument("--no-warm", action="store_true",
+                   help="on a GPU, do not compile the KV kernels' variants ahead in the background "
+                        "(see `blocktable warm`)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from blocktable.properties.lockstep.warm import warm_calls
+    from blocktable.properties.run.warm import warm
+    from blocktable.properties.run.workers import usable_cores
+
+    if args.processes is not None and args.processes < 1:
+        return usage_error("warm", f"--processes must be >= 1, got {args.processes}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        return usage_error("warm", "--device cuda was asked for, but torch sees no CUDA GPU")
+    if not device.chooses_gpu(args.device):
+        console.print("nothing to compile: under the Triton interpreter (no GPU, or --device cpu) no kernel is "
+                      "compiled")
+        return EXIT_PASS
+    processes = args.processes or len(usable_cores())
+    progress = bars(console)
+    task = progress.add("warm", len(warm_calls()))
+    finished = 0
+
+    def on_call(what: str, error: str | None) -> None:
+        nonlocal finished
+        finished += 1
+        progress.update(task, finished, what if error is None else f"{what}: raised")
+
+    try:
+        report = warm("cuda", processes, on_call)
+    finally:
+        progress.stop()
+    for what, error in report.failed:
+        console.print(f"[red]raised[/] in a world of {what}: {error}", soft_wrap=True)
+    missing = report.total - report.done - len(report.failed)
+    if report.died:
+        console.print(f"[red]{len(report.died)} process(es) died[/] (exit codes {report.died}); "
+                      f"{missing} kinds of world not warmed")
+    cache = os.environ.get("TRITON_CACHE_DIR") or "Triton's default cache folder"
+    console.print(f"{report.done} of {report.total} kinds of KV world warmed in {report.seconds:.1f} s on "
+                  f"{processes} process(es); cache: {cache}", soft_wrap=True)
+    return EXIT_PASS if report.done == report.total else EXIT_FAIL
+
+
+def background(args: argparse.Namespace, kv: dict[str, str], jobs: int) -> AbstractContextManager[Any]:
+    """fuzz's background warm, where it helps: a lockstep run on a GPU with KV worlds
+    on and at least one of our KV kernels in them; as many processes as the cores
+    the fuzzing processes leave (one at least, at low priority)."""
+    from blocktable.properties.lockstep.strategies import KV_WORLDS_VARIABLE
+    from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE
+    from blocktable.properties.run.warm import MAX_BACKGROUND, in_background
+    from blocktable.properties.run.workers import usable_cores
+
+    ours = len(kv) < len(KV_KINDS) and os.environ.get(KV_KERNELS_VARIABLE, "triton") == "triton"
+    kv_worlds = os.environ.get(KV_WORLDS_VARIABLE, "1") != "0"
+    if args.no_warm or args.stateless or not ours or not kv_worlds or not device.chooses_gpu(args.device):
+        return nullcontext()
+    return in_background("cuda", min(MAX_BACKGROUND, max(1, len(usable_cores()) - jobs)))

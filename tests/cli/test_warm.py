@@ -1,0 +1,54 @@
+"""`blocktable warm` and fuzz's background warm: nothing to compile under the
+interpreter, a clear usage error for a bad count, and the background started only
+where it helps (a lockstep run on a GPU with our KV kernels in KV worlds)."""
+
+from contextlib import nullcontext
+
+import pytest
+
+from blocktable.cli import warm
+from blocktable.cli.main import build_parser
+from blocktable.properties.lockstep.strategies import KV_WORLDS_VARIABLE
+from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE
+
+
+def test_under_the_interpreter_there_is_nothing_to_compile(cli):
+    code, out = cli("warm", "--device", "cpu")
+    assert code == 0
+    assert "nothing to compile" in out
+
+
+def test_a_bad_process_count_is_a_usage_error(cli):
+    code, out = cli("warm", "--processes", "0")
+    assert code == 2
+    assert "--processes must be >= 1, got 0" in out
+
+
+def fuzz_args(*extra):
+    return build_parser().parse_args(["fuzz", "--device", "cuda", *extra])
+
+
+@pytest.mark.parametrize("extra, kv", [((), {}), (("--kv-write", "torch"), {"write": "torch"})],
+                         ids=["default", "one-plugin"])
+def test_a_gpu_lockstep_run_with_our_kv_kernels_warms_in_the_background(monkeypatch, extra, kv):
+    monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: True)
+    monkeypatch.delenv(KV_WORLDS_VARIABLE, raising=False)
+    monkeypatch.delenv(KV_KERNELS_VARIABLE, raising=False)
+    assert not isinstance(warm.background(fuzz_args(*extra), kv, 1), nullcontext)
+
+
+@pytest.mark.parametrize("extra, kv, environment, gpu", [
+    (("--no-warm",), {}, {}, True),
+    (("--stateless",), {}, {}, True),
+    ((), dict.fromkeys(("write", "copy", "gather"), "torch"), {}, True),
+    ((), {}, {KV_WORLDS_VARIABLE: "0"}, True),
+    ((), {}, {KV_KERNELS_VARIABLE: "torch"}, True),
+    ((), {}, {}, False),
+], ids=["no-warm", "stateless", "all-plugins", "kv-worlds-off", "torch-kv", "interpreter"])
+def test_no_background_warm_where_it_cannot_help(monkeypatch, extra, kv, environment, gpu):
+    monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: gpu)
+    for name in (KV_WORLDS_VARIABLE, KV_KERNELS_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert isinstance(warm.background(fuzz_args(*extra), kv, 1), nullcontext)
