@@ -3,9 +3,9 @@
 Triton compiles a kernel once per variant: per dtype of each tensor, per value of each
 compile-time constant (the head size, the heads a program moves, the conversion, the
 gather's search steps) and per pattern of the arguments it specializes. A KV world
-draws its caches from a small space (strategies.kv_configs), yet a fresh GPU host's
-first minute of fuzzing meets enough of it to spend a third of the minute compiling on
-first use (docs/results.md). Here every variant is made by a tiny copy, write and
+draws its caches from a small space (strategies.kv_configs), yet a run on a fresh GPU
+host meets enough of it to spend most of its first minute compiling on first use
+(docs/results.md). Here every variant is made by a tiny copy, write and
 gather of each kind of world, through our kernels and with tensors made as a world
 makes them (kv.py), so that Triton's disk cache holds them before a run needs them:
 the run then loads each one instead of compiling it.

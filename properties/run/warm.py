@@ -1,7 +1,7 @@
 """Warming Triton's cache with lockstep/warm.py's calls, in other processes: in the
 foreground, reported call by call (`blocktable warm`), or in the background of a
-fuzzing run on a GPU, at low priority on the cores its fuzzing processes leave, and
-stopped when the run ends.
+fuzzing run on a GPU, at low priority, as many processes as the cores its fuzzing
+processes leave (not pinned), and stopped when the run ends.
 
 Each process is spawned (no forked CUDA state), runs its libraries on one thread and
 makes every P-th call. A call that raises is reported in the foreground; in the
