@@ -13,7 +13,10 @@
 #                 B_ARGS="--pool ours" (our pool through the class path, beside the direct one)
 #   CORES_A, CORES_B: the two core sets (default 2-3 and 4-5); DEVICE: cuda (default) or cpu
 #   WARM: "short" (default): one 20-program run of A before the pair fills Triton's
-#                 compile cache with the common kernels; "same": each side first runs
+#                 compile cache with the common kernels (on a GPU, that `fuzz` also
+#                 compiles every KV kernel variant in the background: `blocktable
+#                 warm`; give each side its own TRITON_CACHE_DIR in A_ENV and B_ENV for
+#                 a runner's cold first minute); "same": each side first runs
 #                 the measured command once (both at once, on their own cores), so the
 #                 measured runs compile nothing that the same seed's programs need, and
 #                 the ratio is the cost of a step, not of Triton's compiles on first use
