@@ -5,6 +5,7 @@ where it helps (a lockstep run on a GPU with our KV kernels in KV worlds)."""
 from contextlib import nullcontext
 
 import pytest
+import torch
 
 from blocktable.cli import warm
 from blocktable.cli.main import build_parser
@@ -22,6 +23,13 @@ def test_a_bad_process_count_is_a_usage_error(cli):
     code, out = cli("warm", "--processes", "0")
     assert code == 2
     assert "--processes must be >= 1, got 0" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without a GPU")
+def test_cuda_without_a_gpu_is_a_usage_error(cli):
+    code, out = cli("warm", "--device", "cuda")
+    assert code == 2
+    assert "torch sees no CUDA GPU" in out
 
 
 def fuzz_args(*extra):
