@@ -85,6 +85,11 @@ def out_dtype(kv: KVConfig) -> str:
     return kv.dtype if kv.kv_cache_dtype == "auto" else "float32"
 
 
+def kernel_options(kv: KVConfig) -> dict[str, Any]:
+    """The keyword arguments every KV kernel call of a world with `kv` takes."""
+    return dict(layout=kv.layout, kv_cache_dtype=kv.kv_cache_dtype, k_scale=kv.k_scale, v_scale=kv.v_scale)
+
+
 def flat_size(kv: KVConfig, blocks: int, block_size: int) -> int:
     return 2 * GUARD + blocks * 2 * block_size * kv.num_heads * (kv.head_size + kv.pad)
 
@@ -159,8 +164,7 @@ class KVWorld:
         self.gather_rows: list[int] = []  # per group: the gathered rows whose NaNs may differ in encoding
 
     def options(self) -> dict[str, Any]:
-        kv = self.kv
-        return dict(layout=kv.layout, kv_cache_dtype=kv.kv_cache_dtype, k_scale=kv.k_scale, v_scale=kv.v_scale)
+        return kernel_options(self.kv)
 
     def _call(self, what: str, g: int, fn: Any, *args: Any, **kwargs: Any) -> None:
         handed = Handed.of(KV_CONTRACTS[what.removeprefix("kv-")], args)

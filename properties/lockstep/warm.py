@@ -32,7 +32,7 @@ from blocktable.device import Backend, upload
 from blocktable.kv import search_steps
 from blocktable.plugin import KVKernels
 from blocktable.properties.kv.data import HOST, to_device, token_data
-from blocktable.properties.lockstep.kv import PAD_ROWS, cache_dtype, cache_pair, flat_size, out_dtype
+from blocktable.properties.lockstep.kv import PAD_ROWS, cache_dtype, cache_pair, flat_size, kernel_options, out_dtype
 from blocktable.properties.lockstep.strategies import (
     KV_CACHE_DTYPES,
     KV_DTYPES,
@@ -88,7 +88,6 @@ def launches(call: WarmCall, kernels: KVKernels, backend: Backend) -> Iterator[s
     cells = flat_size(kv, blocks, block_size)
     host = np.zeros(cells, dtype=HOST[cache_dtype(kv)])
     impl = cache_pair(to_device(host, cache_dtype(kv), backend), kv, blocks, block_size)
-    options = dict(layout=kv.layout, kv_cache_dtype=kv.kv_cache_dtype)
     pairs = upload(torch.tensor([[0, 1]], dtype=torch.int64), backend)
     kernels.copy([impl.key], [impl.value], pairs)
     yield "copy"
@@ -97,13 +96,12 @@ def launches(call: WarmCall, kernels: KVKernels, backend: Backend) -> Iterator[s
     for scale in call.scales:
         scaled = dataclasses.replace(kv, k_scale=scale, v_scale=scale)
         key, value = (to_device(token_data(values, scaled, which), kv.dtype, backend) for which in (0, 1))
-        kernels.write(key, value, impl.key, impl.value, slots, **options, k_scale=scale, v_scale=scale)
+        kernels.write(key, value, impl.key, impl.value, slots, **kernel_options(scaled))
         yield f"write, scale {scale:g}"
     empty = np.zeros((1 + PAD_ROWS, kv.num_heads, kv.head_size), dtype=HOST[out_dtype(kv)])
     for n in call.requests:
         table = upload(torch.zeros((n, 1), dtype=torch.int32), backend)
         cu = upload(torch.from_numpy(np.minimum(np.arange(n + 1), 1).astype(np.int32)), backend)
         out_key, out_value = (to_device(empty, out_dtype(kv), backend) for _ in range(2))
-        kernels.gather(impl.key, impl.value, table, cu, out_key, out_value, **options,
-                       k_scale=kv.k_scale, v_scale=kv.v_scale)
+        kernels.gather(impl.key, impl.value, table, cu, out_key, out_value, **kernel_options(kv))
         yield f"gather, {n} requests"
