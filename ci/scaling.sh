@@ -7,9 +7,14 @@
 #   bash ci/scaling.sh                                   # GPU host: --jobs 1 4 8 14, 1 minute each
 #   JOBS="1 2" MINUTES=0.1 DEVICE=cpu bash ci/scaling.sh # a smoke check on a CPU machine
 #
+#   MPS=1 bash ci/scaling.sh                             # the same with CUDA's MPS server
+#
 # Variables: JOBS (default "1 4 8 14"), MINUTES (1), SEED (0), DEVICE (cuda),
 # KERNEL (triton), PROFILE (ci), OUT (scaling-results: each run's output, and
-# table.md). Each J runs in a fresh --out, so no run replays another's findings.
+# table.md), MPS (0; 1: start an MPS control daemon for these runs alone, in a
+# private pipe folder, and quit it at the end, so that the workers' kernels share
+# the GPU instead of taking turns in time slices). Each J runs in a fresh --out,
+# so no run replays another's findings.
 set -uo pipefail
 jobs=${JOBS:-1 4 8 14}
 minutes=${MINUTES:-1}
@@ -19,6 +24,16 @@ kernel=${KERNEL:-triton}
 profile=${PROFILE:-ci}
 out=${OUT:-scaling-results}
 mkdir -p "$out"
+if [ "${MPS:-0}" = 1 ]; then
+  # Its own pipe and log folders (short, absolute: the pipes are sockets), so that
+  # only this script's processes find this daemon.
+  mps=$(mktemp -d /tmp/mps.XXXXXX)
+  export CUDA_MPS_PIPE_DIRECTORY="$mps/pipe" CUDA_MPS_LOG_DIRECTORY="$mps/log"
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || { echo "could not start the MPS control daemon"; exit 2; }
+  trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  echo "MPS: on (pipe folder $CUDA_MPS_PIPE_DIRECTORY)"
+fi
 echo "host: $(nproc) usable cores; device $device; kernel $kernel; $minutes min per run; seed $seed"
 for j in $jobs; do
   rm -rf "$out/cases-$j"

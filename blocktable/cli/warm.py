@@ -81,9 +81,11 @@ def run(args: argparse.Namespace) -> int:
 
 def background(args: argparse.Namespace, kv: dict[str, str], jobs: int) -> AbstractContextManager[Any]:
     """fuzz's background warm, where it helps: a lockstep run on a GPU with KV worlds
-    on and at least one of our KV kernels in them; as many processes as the cores
-    the fuzzing processes leave (one at least, at low priority)."""
+    on and at least one of our KV kernels in them, unless a warm before left its
+    record that the cache holds them all (run/warmed.py); as many processes as the
+    cores the fuzzing processes leave (one at least, at low priority)."""
     from blocktable.properties.lockstep.strategies import KV_WORLDS_VARIABLE
+    from blocktable.properties.run import warmed
     from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE
     from blocktable.properties.run.warm import MAX_BACKGROUND, in_background
     from blocktable.properties.run.workers import usable_cores
@@ -91,5 +93,7 @@ def background(args: argparse.Namespace, kv: dict[str, str], jobs: int) -> Abstr
     ours = len(kv) < len(KV_KINDS) and os.environ.get(KV_KERNELS_VARIABLE, "triton") == "triton"
     kv_worlds = os.environ.get(KV_WORLDS_VARIABLE, "1") != "0"
     if args.no_warm or args.stateless or not ours or not kv_worlds or not device.chooses_gpu(args.device):
+        return nullcontext()
+    if warmed.is_warm(warmed.key()):  # a warm before left every variant in the cache
         return nullcontext()
     return in_background("cuda", min(MAX_BACKGROUND, max(1, len(usable_cores()) - jobs)))

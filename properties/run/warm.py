@@ -41,10 +41,12 @@ class WarmReport:
     seconds: float = 0.0
 
 
-def _share(index: int, processes: int, device_name: str, messages: Any | None) -> None:
-    """Process `index` of `processes`: every processes-th call from the index-th on."""
+def _share(index: int, processes: int, device_name: str, messages: Any | None, record: str | None) -> None:
+    """Process `index` of `processes`: every processes-th call from the index-th on;
+    with none raising, it leaves its file under `record` (warmed.py)."""
     from blocktable import device, plugin
     from blocktable.properties.lockstep.warm import launches, warm_calls
+    from blocktable.properties.run import warmed
 
     if messages is None:  # the background: behind the run, and silent
         os.nice(LOW_PRIORITY)
@@ -54,6 +56,7 @@ def _share(index: int, processes: int, device_name: str, messages: Any | None) -
     one_thread()
     backend = device.select(device_name)
     kernels = plugin.load_kv_kernels(dict.fromkeys(plugin.KV_KINDS, "triton"))
+    whole = True
     for call in warm_calls()[index::processes]:
         error = None
         try:
@@ -61,16 +64,23 @@ def _share(index: int, processes: int, device_name: str, messages: Any | None) -
                 pass
         except Exception as e:  # reported by the parent; the other calls still run
             error = f"{type(e).__name__}: {e}"
+            whole = False
         if messages is not None:
             messages.put((call.describe(), error))
+    if whole and backend.name == "cuda":  # under the interpreter nothing was compiled
+        warmed.mark(index, processes, record)
 
 
 def _start(device_name: str, processes: int, messages: Any | None) -> list[Any]:
+    from blocktable.properties.run import warmed
+
+    record = warmed.key()
     context = multiprocessing.get_context("spawn")
     started = []
     with inherited(Placement(dict.fromkeys(THREAD_VARIABLES, "1"))), sigint_ignored():
         for i in range(processes):
-            process = context.Process(target=_share, args=(i, processes, device_name, messages), daemon=True)
+            process = context.Process(target=_share, args=(i, processes, device_name, messages, record),
+                                      daemon=True)
             process.start()
             started.append(process)
     return started

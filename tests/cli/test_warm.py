@@ -10,6 +10,7 @@ import torch
 from blocktable.cli import warm
 from blocktable.cli.main import build_parser
 from blocktable.properties.lockstep.strategies import KV_WORLDS_VARIABLE
+from blocktable.properties.run import warmed
 from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE
 
 
@@ -40,6 +41,7 @@ def fuzz_args(*extra):
                          ids=["default", "one-plugin"])
 def test_a_gpu_lockstep_run_with_our_kv_kernels_warms_in_the_background(monkeypatch, extra, kv):
     monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: True)
+    monkeypatch.setattr(warmed, "is_warm", lambda record: False)
     monkeypatch.delenv(KV_WORLDS_VARIABLE, raising=False)
     monkeypatch.delenv(KV_KERNELS_VARIABLE, raising=False)
     assert not isinstance(warm.background(fuzz_args(*extra), kv, 1), nullcontext)
@@ -60,3 +62,12 @@ def test_no_background_warm_where_it_cannot_help(monkeypatch, extra, kv, environ
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     assert isinstance(warm.background(fuzz_args(*extra), kv, 1), nullcontext)
+
+
+def test_no_background_warm_where_a_warm_before_left_every_variant(monkeypatch):
+    monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: True)
+    for name in (KV_WORLDS_VARIABLE, KV_KERNELS_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(warmed, "key", lambda: "a-key")
+    monkeypatch.setattr(warmed, "is_warm", lambda record: record == "a-key")
+    assert isinstance(warm.background(fuzz_args(), {}, 1), nullcontext)
