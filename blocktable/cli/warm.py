@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from blocktable.properties.lockstep.warm import warm_calls
+    from blocktable.properties.run import warmed
     from blocktable.properties.run.warm import warm
     from blocktable.properties.run.workers import usable_cores
 
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if report.died:
         console.print(f"[red]{len(report.died)} process(es) died[/] (exit codes {report.died}); "
                       f"{missing} kinds of world not warmed")
-    cache = os.environ.get("TRITON_CACHE_DIR") or "Triton's default cache folder"
+    cache = warmed.cache_folder() or "Triton's cache folder"
     console.print(f"{report.done} of {report.total} kinds of KV world warmed in {report.seconds:.1f} s on "
                   f"{processes} process(es); cache: {cache}", soft_wrap=True)
     return EXIT_PASS if report.done == report.total else EXIT_FAIL

@@ -19,6 +19,7 @@ the cache is compiled on first use.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
@@ -38,12 +39,18 @@ def _gpu_models() -> list[str]:
     return models
 
 
-def _folder() -> Path | None:
+def cache_folder() -> str | None:
+    """Triton's cache folder, as Triton reads its settings."""
     try:
         from triton import knobs
     except ImportError:  # a Triton without its knobs: where its cache lies is not ours to guess
         return None
-    return Path(knobs.cache.dir) / FOLDER
+    return str(knobs.cache.dir)
+
+
+def _folder() -> Path | None:
+    cache = cache_folder()
+    return Path(cache) / FOLDER if cache is not None else None
 
 
 def _sources() -> list[tuple[str, Path]]:
@@ -54,20 +61,29 @@ def _sources() -> list[tuple[str, Path]]:
     import blocktable.properties
     import blocktable.reference
 
-    folders = {name: Path(str(package.__file__)).resolve().parent for name, package in (
+    return modules({name: Path(str(package.__file__)).resolve().parent for name, package in (
         ("blocktable", blocktable), ("kernels", blocktable.kernels), ("properties", blocktable.properties),
-        ("reference", blocktable.reference))}
+        ("reference", blocktable.reference))})
+
+
+def modules(folders: dict[str, Path]) -> list[tuple[str, Path]]:
+    """The .py files in each named folder, a folder inside another counted once, as
+    its own; an editor's hidden files (`.#kv.py`) are none."""
     found = {}
     for name, folder in folders.items():
         others = [other for other in folders.values() if other != folder and other.is_relative_to(folder)]
         for source in folder.rglob("*.py"):
-            if not any(source.is_relative_to(other) for other in others):
+            hidden = any(part.startswith(".") for part in source.relative_to(folder).parts)
+            if not hidden and not any(source.is_relative_to(other) for other in others):
                 found[f"{name}/{source.relative_to(folder)}"] = source
     return sorted(found.items())
 
 
 def key() -> str | None:
-    """What this host's compilations depend on, hashed; None where it cannot be known."""
+    """What this host's compilations depend on, hashed; None where it cannot be known.
+    The GPUs are all the host's, with the CUDA_VISIBLE_DEVICES that picks among them:
+    a warm and a run on one host compile for the same GPU when that setting is the
+    same."""
     import triton
 
     models = _gpu_models()
@@ -76,9 +92,13 @@ def key() -> str | None:
     digest = hashlib.sha256()
     digest.update(f"triton {triton.__version__}\n".encode())
     digest.update("".join(f"gpu {model}\n" for model in models).encode())
-    for name, source in _sources():
-        digest.update(f"{name}\n".encode())
-        digest.update(source.read_bytes())
+    digest.update(f"visible {os.environ.get('CUDA_VISIBLE_DEVICES')}\n".encode())
+    try:
+        for name, source in _sources():
+            digest.update(f"{name}\n".encode())
+            digest.update(source.read_bytes())
+    except OSError:  # a module that cannot be read: no key, so the run warms as without a record
+        return None
     return digest.hexdigest()[:32]
 
 

@@ -48,25 +48,43 @@ def test_warm_only_when_one_count_of_processes_left_every_share(host):
 
 def test_another_gpu_or_triton_makes_another_key(host, monkeypatch):
     host()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     record = warmed.key()
     warmed.mark(0, 1, record)
-    assert warmed.is_warm(warmed.key())
-    monkeypatch.setattr(triton, "__version__", triton.__version__ + "-other")
-    assert warmed.key() != record and not warmed.is_warm(warmed.key())
-    monkeypatch.undo()
+    assert record is not None and warmed.is_warm(warmed.key())
+    version = triton.__version__
+    monkeypatch.setattr(triton, "__version__", version + "-other")
+    assert warmed.key() not in (None, record) and not warmed.is_warm(warmed.key())
+    monkeypatch.setattr(triton, "__version__", version)
+    assert warmed.key() == record
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # the same host, another of its GPUs
+    assert warmed.key() not in (None, record) and not warmed.is_warm(warmed.key())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     host("NVIDIA H100 80GB HBM3", bus="0000:2a:00.0")  # a second GPU on the host
-    assert warmed.key() != record and not warmed.is_warm(warmed.key())
+    assert warmed.key() not in (None, record) and not warmed.is_warm(warmed.key())
 
 
-def test_another_text_of_the_package_makes_another_key(host, monkeypatch, tmp_path):
+def test_modules_installed_or_side_by_side_have_one_name_and_hidden_files_are_none(tmp_path):
+    installed, checkout = tmp_path / "site" / "blocktable", tmp_path / "checkout"
+    for root in (installed, checkout / "blocktable"):
+        (root / "cli").mkdir(parents=True)
+        (root / "cli" / "main.py").write_text("pass\n")
+    for root in (installed / "kernels", checkout / "kernels"):
+        root.mkdir()
+        (root / "kv.py").write_text("pass\n")
+        (root / ".#kv.py").symlink_to(tmp_path / "nowhere")  # what Emacs leaves beside a file being edited
+    names = ["blocktable/cli/main.py", "kernels/kv.py"]
+    assert [n for n, _ in warmed.modules({"blocktable": installed, "kernels": installed / "kernels"})] == names
+    assert [n for n, _ in warmed.modules({"blocktable": checkout / "blocktable", "kernels": checkout / "kernels"})] \
+        == names
+
+
+def test_a_module_that_cannot_be_read_means_no_key(host, monkeypatch, tmp_path):
     host()
-    record = warmed.key()
-    sources = dict(warmed._sources())
-    assert {"kernels/kv.py", "blocktable/kv.py", "properties/lockstep/warm.py"} <= set(sources)
-    changed = tmp_path / "kv.py"
-    changed.write_bytes(sources["kernels/kv.py"].read_bytes() + b"# changed\n")
-    monkeypatch.setattr(warmed, "_sources", lambda: sorted({**sources, "kernels/kv.py": changed}.items()))
-    assert warmed.key() != record
+    sources = warmed._sources()
+    assert warmed.key() is not None
+    monkeypatch.setattr(warmed, "_sources", lambda: [*sources, ("kernels/gone.py", tmp_path / "gone.py")])
+    assert warmed.key() is None
 
 
 def test_the_interpreter_leaves_no_record(host):
