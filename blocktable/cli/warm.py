@@ -2,10 +2,11 @@
 the lockstep's KV worlds can ask for, with all the usable cores. A fuzzing run on a
 GPU then loads each variant from the cache instead of compiling it on first use,
 about a third of a second each on an H100 host (docs/results.md). `fuzz` warms the
-same way in the background (unless --no-warm); run this once per host, Triton and
-blocktable version and kind of GPU before timing runs against each other, or when
-building a runner's image (docs/cli.md). Exit 0: every kind of world warmed; 1: a
-call raised (each is named) or a process died; 2: usage error"""
+same way in the background (unless --no-warm, or a warm before left its record in
+the cache); run this once per host, Triton and blocktable version and kind of GPU
+before timing runs against each other, or when building a runner's image
+(docs/cli.md). Exit 0: every kind of world warmed; 1: a call raised (each is named)
+or a process died; 2: usage error"""
 
 from __future__ import annotations
 
