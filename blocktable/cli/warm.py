@@ -96,6 +96,7 @@ def background(args: argparse.Namespace, kv: dict[str, str], jobs: int) -> Abstr
     kv_worlds = os.environ.get(KV_WORLDS_VARIABLE, "1") != "0"
     if args.no_warm or args.stateless or not ours or not kv_worlds or not device.chooses_gpu(args.device):
         return nullcontext()
-    if warmed.is_warm(warmed.key()):  # a warm before left every variant in the cache
+    record = warmed.key()  # hashes the package's modules: once, for the check and the processes
+    if warmed.is_warm(record):  # a warm before left every variant in the cache
         return nullcontext()
-    return in_background("cuda", min(MAX_BACKGROUND, max(1, len(usable_cores()) - jobs)))
+    return in_background("cuda", min(MAX_BACKGROUND, max(1, len(usable_cores()) - jobs)), record)

@@ -71,10 +71,7 @@ def _share(index: int, processes: int, device_name: str, messages: Any | None, r
         warmed.mark(index, processes, record)
 
 
-def _start(device_name: str, processes: int, messages: Any | None) -> list[Any]:
-    from blocktable.properties.run import warmed
-
-    record = warmed.key()
+def _start(device_name: str, processes: int, messages: Any | None, record: str | None) -> list[Any]:
     context = multiprocessing.get_context("spawn")
     started = []
     with inherited(Placement(dict.fromkeys(THREAD_VARIABLES, "1"))), sigint_ignored():
@@ -101,12 +98,13 @@ def warm(device_name: str, processes: int, on_call: Callable[[str, str | None], 
     """Every warm call, shared among `processes` processes; on_call(what, error or
     None) as each ends. Ctrl-C stops them all (KeyboardInterrupt goes on up)."""
     from blocktable.properties.lockstep.warm import warm_calls
+    from blocktable.properties.run import warmed
 
     report = WarmReport(total=len(warm_calls()))
     start = time.monotonic()
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
-    started = _start(device_name, processes, messages)
+    started = _start(device_name, processes, messages, warmed.key())
     try:
         while report.done + len(report.failed) < report.total:
             try:
@@ -133,10 +131,10 @@ def warm(device_name: str, processes: int, on_call: Callable[[str, str | None], 
 
 
 @contextmanager
-def in_background(device_name: str, processes: int) -> Iterator[list[Any]]:
+def in_background(device_name: str, processes: int, record: str | None) -> Iterator[list[Any]]:
     """The warm calls in `processes` background processes (given to the body) while
-    the body runs."""
-    started = _start(device_name, processes, None)
+    the body runs, each leaving its file under `record` (warmed.key()) when whole."""
+    started = _start(device_name, processes, None, record)
     try:
         yield started
     finally:

@@ -30,7 +30,7 @@ def test_processes_that_cannot_start_are_said_to_have_died():
 
 
 def test_the_background_processes_end_with_the_body():
-    with in_background("cpu", 2) as processes:
+    with in_background("cpu", 2, None) as processes:
         assert len(processes) == 2
         time.sleep(0.5)
     assert not any(process.is_alive() for process in processes)
