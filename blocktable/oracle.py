@@ -39,9 +39,12 @@ class Engine(Protocol):
                I: int) -> torch.Tensor: ...
 
 
+GPU_TILE = 1024  # values a program moves on a GPU; a block copy's tile is at most this
+
+
 def _tile(backend: Backend) -> int:
     # The interpreter runs one program at a time as numpy; wide programs cost little.
-    return 16384 if backend.interpreted else 1024
+    return 16384 if backend.interpreted else GPU_TILE
 
 
 def poison_value() -> int:

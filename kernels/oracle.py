@@ -18,9 +18,19 @@ OUT_OF_CACHE_VALUE = POISON_VALUE + 1  # a table entry that points outside the c
 POISON = tl.constexpr(POISON_VALUE)
 OUT_OF_CACHE = tl.constexpr(OUT_OF_CACHE_VALUE)
 
+# Compiled once per tile. Left unspecialized: every size, and every pointer's
+# alignment (the read-back's positions and a copy's destinations sit at offsets that
+# vary from call to call; nothing here vectorizes on it, and the launches are tiny).
+# slot_base is always typed int64: a cache of huge block ids starts past int32, and
+# Triton would otherwise compile a second variant for it.
+WRITE_POINTERS = ["slot_ptr", "value_ptr", "cache_ptr"]
+COPY_POINTERS = ["src_ptr", "dst_ptr", "cache_ptr"]
+GATHER_POINTERS = ["table_ptr", "row_ptr", "pos_ptr", "cache_ptr", "out_ptr"]
 
-@triton.jit(do_not_specialize=["slot_stride", "num_slots", "num_tokens", "slot_base"])
-def write_values(slot_ptr, slot_stride, value_ptr, cache_ptr, num_slots, num_tokens, slot_base,
+
+@triton.jit(do_not_specialize=["slot_stride", "num_slots", "num_tokens", "slot_base"],
+            do_not_specialize_on_alignment=WRITE_POINTERS)
+def write_values(slot_ptr, slot_stride, value_ptr, cache_ptr, num_slots, num_tokens, slot_base: tl.int64,
                  BLOCK: tl.constexpr):
     """cache[rank, slot[rank, t] - slot_base] = value[t] wherever the slot lies in the
     cache: a slot < 0 (padding, another rank's token) or outside it is skipped, so
@@ -35,8 +45,8 @@ def write_values(slot_ptr, slot_stride, value_ptr, cache_ptr, num_slots, num_tok
     tl.store(cache_ptr + rank * num_slots + index, value, mask=in_range & in_cache)
 
 
-@triton.jit(do_not_specialize=["num_slots", "block_slots", "slot_base"])
-def copy_blocks(src_ptr, dst_ptr, cache_ptr, num_slots, block_slots, slot_base, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["num_slots", "block_slots", "slot_base"], do_not_specialize_on_alignment=COPY_POINTERS)
+def copy_blocks(src_ptr, dst_ptr, cache_ptr, num_slots, block_slots, slot_base: tl.int64, BLOCK: tl.constexpr):
     """Block src's slots over block dst's, one program per (pair, rank)."""
     pair = tl.program_id(0)
     cache_ptr += tl.program_id(1).to(tl.int64) * num_slots
@@ -49,8 +59,9 @@ def copy_blocks(src_ptr, dst_ptr, cache_ptr, num_slots, block_slots, slot_base, 
         tl.store(cache_ptr + dst + offs, v, mask=in_block)
 
 
-@triton.jit(do_not_specialize=["table_stride", "width", "num_reads", "slot_base", "num_slots", "K", "B", "W", "I"])
-def gather(table_ptr, table_stride, width, row_ptr, pos_ptr, cache_ptr, out_ptr, num_reads, slot_base,
+@triton.jit(do_not_specialize=["table_stride", "width", "num_reads", "slot_base", "num_slots", "K", "B", "W", "I"],
+            do_not_specialize_on_alignment=GATHER_POINTERS)
+def gather(table_ptr, table_stride, width, row_ptr, pos_ptr, cache_ptr, out_ptr, num_reads, slot_base: tl.int64,
            num_slots, K, B, W, I, BLOCK: tl.constexpr):
     """out[rank, i] = the value rank holds for position pos[i] of table row row[i],
     POISON where the rank does not hold it (another rank's, or past the row), and

@@ -1,17 +1,16 @@
-"""`blocktable warm`: compile into Triton's cache every variant of our KV kernels that
-the lockstep's KV worlds can ask for, with all the usable cores. A fuzzing run on a
-GPU then loads each variant from the cache instead of compiling it on first use,
-about a third of a second each on an H100 host (docs/results.md). `fuzz` warms the
-same way in the background (unless --no-warm, or a warm before left its record in
-the cache); run this once per host, Triton and blocktable version and kind of GPU
-before timing runs against each other, or when building a runner's image
-(docs/cli.md). Exit 0: every kind of world warmed; 1: a call raised (each is named)
-or a process died; 2: usage error"""
+"""`blocktable warm`: compile into Triton's cache every variant of our kernels that a
+lockstep fuzzing run can ask for (the slot-mapping kernel, the data oracle's, the V2
+tables' and the KV kernels), with all the usable cores. A fuzzing run on a GPU then
+loads each variant from the cache instead of compiling it on first use, about a
+third of a second each on an H100 host (docs/results.md). `fuzz` warms the same way
+in the background (unless --no-warm, or a warm before left its record in the cache);
+run this once per host, Triton and blocktable version and kind of GPU before timing
+runs against each other, or when building a runner's image (docs/cli.md). Exit 0:
+every call made; 1: a call raised (each is named) or a process died; 2: usage error"""
 
 from __future__ import annotations
 
 import argparse
-import os
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -19,11 +18,10 @@ from blocktable import device
 from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, usage_error
 from blocktable.cli.progress import bars
 from blocktable.device import CHOICES
-from blocktable.plugin import KV_KINDS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("warm", help="compile the KV kernels' variants that fuzzing needs into Triton's cache",
+    p = sub.add_parser("warm", help="compile our kernels' variants that fuzzing needs into Triton's cache",
                        description=__doc__)
     p.add_argument("--device", default="auto", choices=CHOICES,
                    help="auto (the GPU if present), cuda, or cpu (the interpreter: nothing to compile)")
@@ -35,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def add_no_warm(p: argparse.ArgumentParser) -> None:
     """fuzz's switch for the background warm."""
     p.add_argument("--no-warm", action="store_true",
-                   help="on a GPU, do not compile the KV kernels' variants ahead in the background "
+                   help="on a GPU, do not compile our kernels' variants ahead in the background "
                         "(see `blocktable warm`)")
 
 
@@ -70,31 +68,27 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.stop()
     for what, error in report.failed:
-        console.print(f"[red]raised[/] in a world of {what}: {error}", soft_wrap=True)
+        console.print(f"[red]raised[/] in {what}: {error}", soft_wrap=True)
     missing = report.total - report.done - len(report.failed)
     if report.died:
         console.print(f"[red]{len(report.died)} process(es) died[/] (exit codes {report.died}); "
-                      f"{missing} kinds of world not warmed")
+                      f"{missing} calls not made")
     cache = warmed.cache_folder() or "Triton's cache folder"
-    console.print(f"{report.done} of {report.total} kinds of KV world warmed in {report.seconds:.1f} s on "
+    console.print(f"{report.done} of {report.total} warm calls made in {report.seconds:.1f} s on "
                   f"{processes} process(es); cache: {cache}", soft_wrap=True)
     return EXIT_PASS if report.done == report.total else EXIT_FAIL
 
 
-def background(args: argparse.Namespace, kv: dict[str, str], jobs: int) -> AbstractContextManager[Any]:
-    """fuzz's background warm, where it helps: a lockstep run on a GPU with KV worlds
-    on and at least one of our KV kernels in them, unless a warm before left its
-    record that the cache holds them all (run/warmed.py); as many processes as the
+def background(args: argparse.Namespace, jobs: int) -> AbstractContextManager[Any]:
+    """fuzz's background warm: a lockstep run on a GPU (every one launches our data
+    oracle's kernels, whatever it plugs in), unless a warm before left its record
+    that the cache holds every variant (run/warmed.py); as many processes as the
     cores the fuzzing processes leave (one at least, at low priority)."""
-    from blocktable.properties.lockstep.strategies import KV_WORLDS_VARIABLE
     from blocktable.properties.run import warmed
-    from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE
     from blocktable.properties.run.warm import MAX_BACKGROUND, in_background
     from blocktable.properties.run.workers import usable_cores
 
-    ours = len(kv) < len(KV_KINDS) and os.environ.get(KV_KERNELS_VARIABLE, "triton") == "triton"
-    kv_worlds = os.environ.get(KV_WORLDS_VARIABLE, "1") != "0"
-    if args.no_warm or args.stateless or not ours or not kv_worlds or not device.chooses_gpu(args.device):
+    if args.no_warm or args.stateless or not device.chooses_gpu(args.device):
         return nullcontext()
     record = warmed.key()  # hashes the package's modules: once, for the check and the processes
     if warmed.is_warm(record):  # a warm before left every variant in the cache

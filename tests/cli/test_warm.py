@@ -1,6 +1,7 @@
 """`blocktable warm` and fuzz's background warm: nothing to compile under the
 interpreter, a clear usage error for a bad count, and the background started only
-where it helps (a lockstep run on a GPU with our KV kernels in KV worlds)."""
+where it helps (a lockstep run on a GPU, which launches our data oracle's kernels
+whatever it plugs in, unless a warm before left its record)."""
 
 from contextlib import nullcontext
 
@@ -37,37 +38,34 @@ def fuzz_args(*extra):
     return build_parser().parse_args(["fuzz", "--device", "cuda", *extra])
 
 
-@pytest.mark.parametrize("extra, kv", [((), {}), (("--kv-write", "torch"), {"write": "torch"})],
-                         ids=["default", "one-plugin"])
-def test_a_gpu_lockstep_run_with_our_kv_kernels_warms_in_the_background(monkeypatch, extra, kv):
+@pytest.mark.parametrize("extra, environment", [
+    ((), {}),
+    (("--kv-write", "torch", "--kv-copy", "torch", "--kv-gather", "torch"), {}),
+    ((), {KV_WORLDS_VARIABLE: "0"}),
+    ((), {KV_KERNELS_VARIABLE: "torch"}),
+    (("--kernel", "mine.py:slot_mapping"), {}),
+], ids=["default", "kv-plugins", "kv-worlds-off", "torch-kv", "slot-plugin"])
+def test_a_gpu_lockstep_run_warms_in_the_background_whatever_it_plugs_in(monkeypatch, extra, environment):
+    """Without our KV kernels or KV worlds, a run still launches our data oracle's kernels."""
     monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: True)
     monkeypatch.setattr(warmed, "is_warm", lambda record: False)
-    monkeypatch.delenv(KV_WORLDS_VARIABLE, raising=False)
-    monkeypatch.delenv(KV_KERNELS_VARIABLE, raising=False)
-    assert not isinstance(warm.background(fuzz_args(*extra), kv, 1), nullcontext)
-
-
-@pytest.mark.parametrize("extra, kv, environment, gpu", [
-    (("--no-warm",), {}, {}, True),
-    (("--stateless",), {}, {}, True),
-    ((), dict.fromkeys(("write", "copy", "gather"), "torch"), {}, True),
-    ((), {}, {KV_WORLDS_VARIABLE: "0"}, True),
-    ((), {}, {KV_KERNELS_VARIABLE: "torch"}, True),
-    ((), {}, {}, False),
-], ids=["no-warm", "stateless", "all-plugins", "kv-worlds-off", "torch-kv", "interpreter"])
-def test_no_background_warm_where_it_cannot_help(monkeypatch, extra, kv, environment, gpu):
-    monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: gpu)
     for name in (KV_WORLDS_VARIABLE, KV_KERNELS_VARIABLE):
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    assert isinstance(warm.background(fuzz_args(*extra), kv, 1), nullcontext)
+    assert not isinstance(warm.background(fuzz_args(*extra), 1), nullcontext)
+
+
+@pytest.mark.parametrize("extra, gpu", [(("--no-warm",), True), (("--stateless",), True), ((), False)],
+                         ids=["no-warm", "stateless", "interpreter"])
+def test_no_background_warm_where_it_cannot_help(monkeypatch, extra, gpu):
+    monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: gpu)
+    monkeypatch.setattr(warmed, "is_warm", lambda record: False)
+    assert isinstance(warm.background(fuzz_args(*extra), 1), nullcontext)
 
 
 def test_no_background_warm_where_a_warm_before_left_every_variant(monkeypatch):
     monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: True)
-    for name in (KV_WORLDS_VARIABLE, KV_KERNELS_VARIABLE):
-        monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(warmed, "key", lambda: "a-key")
     monkeypatch.setattr(warmed, "is_warm", lambda record: record == "a-key")
-    assert isinstance(warm.background(fuzz_args(), {}, 1), nullcontext)
+    assert isinstance(warm.background(fuzz_args(), 1), nullcontext)

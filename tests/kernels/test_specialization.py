@@ -31,11 +31,13 @@ from blocktable.device import Backend
 
 PROGRAM = """
 import json
-from blocktable.kernels import kv, v2
+from blocktable.kernels import kv, oracle, v2
 names = ("write_tokens", "copy_blocks", "gather_tokens", "write_tokens_unaligned", "copy_blocks_unaligned",
          "gather_tokens_unaligned", "append_block_ids", "gather_block_tables", "compute_slot_mappings")
-print(json.dumps({name: {p.name: [p.is_constexpr, bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment)]
-                         for p in (getattr(kv, name, None) or getattr(v2, name)).params} for name in names}))
+kernels = {name: getattr(kv, name, None) or getattr(v2, name) for name in names}
+kernels |= {"oracle." + name: getattr(oracle, name) for name in ("write_values", "copy_blocks", "gather")}
+print(json.dumps({name: {p.name: [p.is_constexpr, bool(p.do_not_specialize), bool(p.do_not_specialize_on_alignment),
+                                  p.annotation] for p in kernel.params} for name, kernel in kernels.items()}))
 """
 
 
@@ -72,12 +74,12 @@ def test_the_kv_kernels_compile_once_for_every_size_and_keep_the_strides_along_d
     every data pointer (the wrapper sends it only aligned ones), the other none."""
     for compiled, unaligned_pointers in ((kernel, []), (kernel + "_unaligned", sorted(DATA_POINTERS[kernel]))):
         flags = params[compiled]
-        unspecialized = sorted(name for name, (constexpr, dns, _) in flags.items() if dns)
+        unspecialized = sorted(name for name, (constexpr, dns, _, _) in flags.items() if dns)
         assert unspecialized == sorted(INTEGERS[kernel]), compiled
         for name in D_STRIDES[kernel]:
-            assert flags[name] == [False, False, False], (compiled, name)
+            assert flags[name][:3] == [False, False, False], (compiled, name)
         assert flags["ALIGN"][0], "ALIGN is a compile-time constant"
-        assert sorted(name for name, (_, _, dns_alignment) in flags.items() if dns_alignment) == unaligned_pointers
+        assert sorted(name for name, (_, _, dns_alignment, _) in flags.items() if dns_alignment) == unaligned_pointers
 
 
 def test_the_aligned_compilation_takes_only_aligned_pointers_and_strides():
@@ -106,9 +108,22 @@ def test_the_v2_kernels_compile_once_for_every_alignment_of_their_pointers(param
     """Every argument that is not a compile-time constant or a run-time integer (the
     int64 sizes are all unspecialized already) is a pointer: none is specialized on
     its alignment, nor any integer on its value."""
-    for name, (constexpr, dns, dns_alignment) in params[kernel].items():
+    for name, (constexpr, dns, dns_alignment, _) in params[kernel].items():
         if not constexpr:
             assert dns or dns_alignment, name
+
+
+@pytest.mark.parametrize("kernel", ["write_values", "copy_blocks", "gather"])
+def test_the_oracles_kernels_compile_once_per_tile(params, kernel):
+    """The harness's instruments: no integer specialized on its value, no pointer on
+    its alignment, and slot_base typed int64 whatever its value (a cache of huge block
+    ids starts past int32), so that the tile is all that makes a variant."""
+    flags = params["oracle." + kernel]
+    assert [name for name, (constexpr, *_) in flags.items() if constexpr] == ["BLOCK"]
+    for name, (constexpr, dns, dns_alignment, _) in flags.items():
+        if not constexpr:
+            assert dns != name.endswith("_ptr") and dns_alignment == name.endswith("_ptr"), name
+    assert flags["slot_base"][3] == "i64"
 
 
 def test_a_copy_compiles_one_tile_per_row_width_whatever_the_block_shape():

@@ -1,4 +1,4 @@
-"""The KV kernels' compilations that the lockstep's KV worlds can ask for, made ahead.
+"""The KV kernels' compilations that the lockstep's KV worlds can ask for.
 
 Triton compiles a kernel once per variant: per dtype of each tensor, per value of each
 compile-time constant (the head size, the heads a program moves, the conversion, the
@@ -46,7 +46,7 @@ from blocktable.properties.world import KVConfig
 
 
 @dataclasses.dataclass(frozen=True)
-class WarmCall:
+class KVCall:
     """One kind of KV world, as its kernels see it: a copy, a write per scale, and a
     gather per request count."""
 
@@ -56,7 +56,10 @@ class WarmCall:
 
     def describe(self) -> str:
         kv = self.kv
-        return f"H={kv.num_heads} D={kv.head_size} {kv.dtype} cache {kv.kv_cache_dtype}"
+        return f"KV world H={kv.num_heads} D={kv.head_size} {kv.dtype} cache {kv.kv_cache_dtype}"
+
+    def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]:
+        return launches(self, kernels, backend)
 
 
 def request_counts() -> tuple[int, ...]:
@@ -66,21 +69,21 @@ def request_counts() -> tuple[int, ...]:
     return tuple(sorted({search_steps(n): n for n in range(1, most + 1)}.values()))
 
 
-def warm_calls() -> list[WarmCall]:
+def calls() -> list[KVCall]:
     """Every kind of KV world the lockstep can draw."""
     requests = request_counts()
-    calls = []
+    made = []
     for heads in KV_HEADS:
         for head_size in KV_HEAD_SIZES:
             for dtype in KV_DTYPES:
                 for cache in KV_CACHE_DTYPES:
                     scales = tuple(sorted(set(KV_SCALES))) if cache == "fp8_e4m3" else (1.0,)
                     kv = KVConfig(num_heads=heads, head_size=head_size, dtype=dtype, kv_cache_dtype=cache)
-                    calls.append(WarmCall(kv, scales, requests))
-    return calls
+                    made.append(KVCall(kv, scales, requests))
+    return made
 
 
-def launches(call: WarmCall, kernels: KVKernels, backend: Backend) -> Iterator[str]:
+def launches(call: KVCall, kernels: KVKernels, backend: Backend) -> Iterator[str]:
     """The call's kernel launches, one at a time (each yields what it launched): two
     blocks of one slot each, one token written, one gathered."""
     kv = call.kv
