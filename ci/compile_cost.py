@@ -3,7 +3,10 @@ for `--seconds`, with Triton's work on each kernel variant's first use timed. A
 variant's first launch in a process goes through `JITFunction._do_compile`, which
 compiles it or loads it from Triton's disk cache; a real compilation also runs the
 front end (`ASTSource.make_ir`), once; a new argument signature builds a launcher with
-the C compiler. Run it with an empty cache and again with the cache it left:
+the C compiler. It also names the kernels really compiled (not found in the disk
+cache), with a count for each, from Triton's compilation listener: after `blocktable
+warm`, a run should compile none of ours. Run it with an empty cache and again with
+the cache it left:
 
     TRITON_CACHE_DIR=/tmp/tc python ci/compile_cost.py --seconds 40
     TRITON_CACHE_DIR=/tmp/tc BLOCKTABLE_KV_WORLDS=0 python ci/compile_cost.py --seconds 40
@@ -48,6 +51,23 @@ def timed(owner: Any, name: str, label: str, seconds: dict[str, float], calls: c
     setattr(owner, name, wrapper)
 
 
+def listen(compiled: collections.Counter[str]) -> bool:
+    """Count each kernel Triton really compiles (a cache miss) by name; False where
+    this Triton has no compilation listener."""
+    import triton
+
+    knobs = getattr(getattr(triton, "knobs", None), "compilation", None)
+    if knobs is None or not hasattr(knobs, "listener"):
+        return False
+
+    def heard(*, src: Any, cache_hit: bool, **_: Any) -> None:
+        if not cache_hit:
+            compiled[getattr(src, "name", "?")] += 1
+
+    knobs.listener = heard
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     budget = parser.add_mutually_exclusive_group()
@@ -71,6 +91,8 @@ def main() -> None:
             untimed.append(label)
             continue
         timed(target, name, label, seconds, calls)
+    compiled: collections.Counter[str] = collections.Counter()
+    heard = args.device == "cuda" and listen(compiled)
     with tempfile.TemporaryDirectory() as folder:
         limit = dict(examples=args.examples) if args.examples else dict(
             minutes=args.seconds / 60, deadline=time.monotonic() + args.seconds)
@@ -78,6 +100,9 @@ def main() -> None:
                                  journal=os.path.join(folder, "journal.jsonl"), **limit))
     parts = [f"{label} {calls[label]} in {seconds[label]:.1f} s" for _, _, _, label in HOOKS if label not in untimed]
     parts += [f"{label} not timed" for label in untimed]
+    if heard:
+        names = ", ".join(f"{name} {count}" for name, count in compiled.most_common())
+        parts.append(f"compiled: {names or 'none'}")
     if args.device != "cuda":
         parts = ["the interpreter compiles nothing"]
     print(f"{setting or 'defaults'}: {stats.steps} checked steps in {elapsed:.1f} s = "
