@@ -39,6 +39,7 @@ PREFIX_MAX_MODEL_LEN = 512
 _KV = st.integers(0, 3)  # 0-2: a world with KV caches
 KV_WORLDS_VARIABLE = "BLOCKTABLE_KV_WORLDS"  # "0": none (the same draws, no KV caches)
 V2_WORLDS_VARIABLE = "BLOCKTABLE_V2_WORLDS"  # "0": none (the same draws, no V2 tables)
+V2_KERNELS_VARIABLE = "BLOCKTABLE_V2_KERNELS"  # ours in the V2 worlds: "triton" or "torch"
 _V2 = st.integers(0, 3)  # 0: a world that keeps V2 block tables beside the V1 ones
 _SLOTS_OFF = st.integers(0, 5)  # 0: this group's V2 slot mapping is switched off
 _FREE_ORDER = st.sampled_from(["tail", "vllm"])  # docs/contract.md §6's option, drawn last

@@ -8,6 +8,7 @@ import os
 from blocktable import device, plugin
 from blocktable.plugin import Plugins, SlotMappingFn
 from blocktable.properties import fault
+from blocktable.properties.lockstep.strategies import V2_KERNELS_VARIABLE
 from blocktable.properties.report.frames import where_text
 from blocktable.properties.run import profiles
 from blocktable.properties.run.calls import counting
@@ -20,7 +21,6 @@ from blocktable.properties.slot.truth import harness_kernels
 # the interpreter, where each launch costs milliseconds and a KV world makes three a
 # group a step (the KV mutants set "triton").
 KV_KERNELS_VARIABLE = "BLOCKTABLE_KV_KERNELS"
-V2_KERNELS_VARIABLE = "BLOCKTABLE_V2_KERNELS"  # ours in the V2 worlds: "triton" or "torch"
 
 
 def prepare_backend(job: Job, send: Send) -> device.Backend | None:

@@ -2,7 +2,9 @@
 lockstep run on a GPU writes, copies and reads back its token values with. They leave
 sizes and alignments unspecialized, so a variant is a tile: one for the write, one for
 the gather, and for a block copy the power of two at or above a block's slots, up to
-the oracle's tile."""
+the oracle's tile. The calls take the engine a run takes (Triton on a GPU unless
+BLOCKTABLE_ORACLE says otherwise; torch under the interpreter, where nothing
+compiles)."""
 
 from __future__ import annotations
 
@@ -30,11 +32,11 @@ class OracleCall:
 
     def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]:
         if self.block_slots is not None:
-            cache = DeviceCache(2 * self.block_slots, backend=backend, engine="triton")
+            cache = DeviceCache(2 * self.block_slots, backend=backend)
             cache.copy_blocks([(0, 1)], self.block_slots)
             yield "copy"
             return
-        cache = DeviceCache(2, backend=backend, engine="triton")
+        cache = DeviceCache(2, backend=backend)
         slots = upload(torch.zeros((1, 1), dtype=torch.int64), backend)
         cache.write(slots, upload(torch.zeros(1, dtype=torch.int64), backend), check=False)
         yield "write"

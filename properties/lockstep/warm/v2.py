@@ -1,18 +1,23 @@
 """The V2 block tables' compilations (blocktable/v2.py). Their sizes and pointer
 alignments are unspecialized; a variant is the column tile (every row within
 NARROW_COLUMNS columns, or not) and the dtype of idx_mapping, which §10.5 lets be
-int32 or int64."""
+int32 or int64. Under the interpreter, where nothing compiles, the calls take the
+kernels a run takes there: torch-native unless the environment asks for Triton
+(Triton 3.6's interpreter cannot run these kernels' loops over run-time bounds)."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator
 
 import torch
 
 from blocktable.device import Backend, upload
 from blocktable.plugin import KVKernels
+from blocktable.properties.lockstep.strategies import V2_KERNELS_VARIABLE
 from blocktable.v2 import NARROW_COLUMNS, TRITON_KERNELS, BlockTables
+from blocktable.v2_torch import TORCH_KERNELS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +31,9 @@ class V2Call:
 
     def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]:
         width = NARROW_COLUMNS + 1 if self.wide else 1
-        tables = BlockTables([16], 1, 1, [width], backend=backend, kernels=TRITON_KERNELS)
+        torch_native = backend.interpreted and os.environ.get(V2_KERNELS_VARIABLE) != "triton"
+        ours = TORCH_KERNELS if torch_native else TRITON_KERNELS
+        tables = BlockTables([16], 1, 1, [width], backend=backend, kernels=ours)
         tables.append_block_ids(0, [[1]], False)
         tables.apply_staged_writes()
         yield "append"

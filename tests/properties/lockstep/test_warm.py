@@ -165,6 +165,7 @@ def run(backend, worlds, examples, seed_):
 
 
 @pytest.mark.fuzz
+@pytest.mark.loops  # the oracle's copy and the V2 kernels, in Triton under the interpreter too
 def test_a_seeded_run_of_kv_worlds_asks_for_no_variant_the_warm_calls_do_not_make(backend, monkeypatch,
                                                                                    recorded):
     warmed = warmed_variants(backend, recorded)
@@ -178,6 +179,7 @@ def test_a_seeded_run_of_kv_worlds_asks_for_no_variant_the_warm_calls_do_not_mak
 
 
 @pytest.mark.fuzz
+@pytest.mark.loops  # the oracle's copy and the V2 kernels, in Triton under the interpreter too
 def test_a_seeded_run_of_the_default_mix_asks_for_no_variant_the_warm_calls_do_not_make(backend, recorded):
     warmed = warmed_variants(backend, recorded)
     run(backend, strategies.worlds(), 60, 1)
