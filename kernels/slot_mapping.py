@@ -36,26 +36,37 @@ RUNTIME_INTS = SIZES + DIVISORS
 
 @triton.jit
 def token_slots(p, valid, row_ptr, width, K, B, W, R, I, limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b,
-                MAGIC: tl.constexpr):
+                MAGIC: tl.constexpr, NARROW: tl.constexpr):
     """(slot, keep) for int64 positions `p` of the request whose row starts at row_ptr.
     keep is False where the lane holds no token (`valid` False), the token is not this
     rank's, or its column is past the row; such lanes read nothing, since for an empty
     batch even row 0 of the table may not exist. With MAGIC, (m_x, s_x) divide by the
-    virtual block, I, W and B, and `limit` is a position past the row."""
+    virtual block, I, W and B, and `limit` is a position past the row. Without it the
+    division is plain, in int32 after the virtual block where NARROW (K * W < 2**31 is
+    known when compiling: the specialized kernel's sizes), in int64 where it is not."""
     P = K // B
-    vb = K * W  # one virtual block: K tokens on each of W ranks
     # Interleave chunks of I tokens are dealt to the ranks in turn; `rounds` counts whole
     # deals. The multiplies are written out, not called: under the interpreter every
     # call of a jit function costs more than the arithmetic.
     if MAGIC:
+        vb = K * W  # one virtual block: K tokens on each of W ranks (below 2**31 with MAGIC)
         n = tl.minimum(p, limit).to(tl.int32)  # past `limit` every column is past the row
         vbi = ((n.to(tl.int64) * m_vb) >> s_vb).to(tl.int32)
         vbo = n - vbi * vb
         chunk = ((vbo.to(tl.int64) * m_i) >> s_i).to(tl.int32)
         rounds = ((chunk.to(tl.int64) * m_w) >> s_w).to(tl.int32)
-    else:
+    elif NARROW:
+        vb = K * W
         vbi = p // vb
         vbo = (p - vbi * vb).to(tl.int32)
+        chunk = vbo // I
+        rounds = chunk // W
+    else:
+        # A virtual block may pass 2**31 positions: K * W, and the offset inside the
+        # block, may not fit int32 (wrapped, they once read before or past the row).
+        vb = tl.cast(K, tl.int64) * W
+        vbi = p // vb
+        vbo = p - vbi * vb
         chunk = vbo // I
         rounds = chunk // W
     local = (chunk - rounds * W) == R  # ownership in allocation-block coordinates
@@ -158,7 +169,8 @@ def first_request(qsl_ptr, first, num_reqs, SEARCH_STEPS: tl.constexpr):
 @triton.jit
 def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
                K, B, W, R, I, limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b, MAGIC: tl.constexpr,
-               SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr, WHOLE_TILES: tl.constexpr, DECODE: tl.constexpr):
+               SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr, WHOLE_TILES: tl.constexpr, DECODE: tl.constexpr,
+               NARROW: tl.constexpr):
     """Map BLOCK consecutive output slots, tail included.
 
     A tile of scheduled tokens only is loaded and stored without masks (a mask whose
@@ -184,7 +196,7 @@ def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num
         else:
             req = token_requests(qsl_ptr, t, every, num_reqs, SEARCH_STEPS)
         slot, keep = token_slots(p, every, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I,
-                                 limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b, MAGIC)
+                                 limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b, MAGIC, NARROW)
         tl.store(out_ptr + t, tl.where(keep, slot, -1), cache_modifier=".cs")
     else:
         is_token = t < num_tokens
@@ -194,7 +206,7 @@ def tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num
             req = token_requests(qsl_ptr, t, is_token, num_reqs, SEARCH_STEPS)
         p = tl.load(pos_ptr + t, mask=is_token, other=0)
         slot, keep = token_slots(p, is_token, table_ptr + req.to(tl.int64) * table_stride, width, K, B, W, R, I,
-                                 limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b, MAGIC)
+                                 limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b, MAGIC, NARROW)
         tl.store(out_ptr + t, tl.where(keep, slot, -1), mask=t < max_num_tokens)
 
 
@@ -209,7 +221,7 @@ def slot_mapping_tiled(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr,
     compilation serves every configuration)."""
     tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
                K, B, W, R, I, limit, m_vb, s_vb, m_i, s_i, m_w, s_w, m_b, s_b, MAGIC, SEARCH_STEPS, BLOCK,
-               WHOLE_TILES, DECODE)
+               WHOLE_TILES, DECODE, False)
 
 
 @triton.jit(do_not_specialize=SIZES)
@@ -222,4 +234,5 @@ def slot_mapping_tiled_specialized(qsl_ptr, pos_ptr, table_ptr, table_stride, ou
     block sizes allow: every division and modulo becomes a shift or a multiply.
     One compilation per configuration."""
     tiled_body(qsl_ptr, pos_ptr, table_ptr, table_stride, out_ptr, num_reqs, num_tokens, max_num_tokens, width,
-               K, B, W, R, I, 0, 0, 0, 0, 0, 0, 0, 0, 0, False, SEARCH_STEPS, BLOCK, WHOLE_TILES, DECODE)
+               K, B, W, R, I, 0, 0, 0, 0, 0, 0, 0, 0, 0, False, SEARCH_STEPS, BLOCK, WHOLE_TILES, DECODE,
+               K * W < 2147483648)
