@@ -2,9 +2,10 @@
 lockstep run on a GPU writes, copies and reads back its token values with. They leave
 sizes and alignments unspecialized, so a variant is a tile: one for the write, one for
 the gather, and for a block copy the power of two at or above a block's slots, up to
-the oracle's tile. The calls take the engine a run takes (Triton on a GPU unless
-BLOCKTABLE_ORACLE says otherwise; torch under the interpreter, where nothing
-compiles)."""
+the oracle's tile. On a GPU the calls take the Triton engine whatever
+BLOCKTABLE_ORACLE says (the record a warm leaves does not see the setting); under the
+interpreter, where nothing compiles, the engine a run takes there (torch unless the
+setting asks for Triton)."""
 
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ class OracleCall:
         return f"data oracle, copy of {self.block_slots}-slot blocks"
 
     def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]:
+        engine = None if backend.interpreted else "triton"
         if self.block_slots is not None:
-            cache = DeviceCache(2 * self.block_slots, backend=backend)
+            cache = DeviceCache(2 * self.block_slots, backend=backend, engine=engine)
             cache.copy_blocks([(0, 1)], self.block_slots)
             yield "copy"
             return
-        cache = DeviceCache(2, backend=backend)
+        cache = DeviceCache(2, backend=backend, engine=engine)
         slots = upload(torch.zeros((1, 1), dtype=torch.int64), backend)
         cache.write(slots, upload(torch.zeros(1, dtype=torch.int64), backend), check=False)
         yield "write"

@@ -25,6 +25,8 @@ from blocktable.properties.lockstep.warm import launches, warm_calls
 from blocktable.properties.lockstep.warm import oracle as warm_oracle
 from blocktable.properties.lockstep.warm import slot as warm_slot
 from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE, V2_KERNELS_VARIABLE, plugins_for
+from blocktable.properties.slot.call import run_slot_call, slot_call
+from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
 LAUNCHED = {  # the kernels our wrappers launch, by module
     slot_kernels: ["slot_mapping_tiled"],
@@ -128,15 +130,16 @@ def test_the_kv_calls_cover_every_kind_of_world():
 def test_the_slot_calls_take_every_search_step_count_and_the_oracle_every_copy_tile():
     assert [warm_slot.requests(s) for s in range(4)] == [1, 2, 3, 5]
     assert [max(0, warm_slot.requests(s) - 1).bit_length() for s in range(4)] == [0, 1, 2, 3]
-    steps = {c.steps for c in warm_slot.calls()}
-    assert steps == set(range(max(0, strategies.MAX_NUM_REQS - 1).bit_length() + 1))
+    # The kernel's search steps for every request count a lockstep call can have (blocktable/slot.py).
+    reachable = {max(0, n - 1).bit_length() for n in range(strategies.MAX_NUM_REQS + 1)}
+    assert {c.steps for c in warm_slot.calls() if isinstance(c, warm_slot.SlotCall)} == reachable
     copies = sorted(c.block_slots for c in warm_oracle.calls() if c.block_slots is not None)
     assert copies == [1 << k for k in range(11)] and copies[-1] == oracle.GPU_TILE
 
 
 def test_the_calls_run_first_those_a_run_needs_from_its_first_step():
     calls = warm_calls()
-    assert [type(c).__name__ for c in calls[:2]] == ["SlotCall", "SlotCall"]
+    assert [type(c).__name__ for c in calls[:2]] == ["ExamplesCall", "SlotCall"]
     assert type(calls[-1]).__name__ == "KVCall"
     assert len({c.describe() for c in calls}) == len(calls)  # a foreground warm names each
 
@@ -152,6 +155,15 @@ def warmed_variants(backend, recorded):
     seen.clear()
     launching[0] = True
     return warmed
+
+
+def run_examples(backend):
+    """The contract's worked examples through our kernel, as a fuzzing run checks them first."""
+    for example in SPEC_EXAMPLES:
+        qsl, positions, table = example.inputs()
+        outcome = run_slot_call(slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax),
+                                slot.slot_mapping_tiled, backend)
+        assert outcome.passed, example.name
 
 
 def run(backend, worlds, examples, seed_):
@@ -182,6 +194,7 @@ def test_a_seeded_run_of_kv_worlds_asks_for_no_variant_the_warm_calls_do_not_mak
 @pytest.mark.loops  # the oracle's copy and the V2 kernels, in Triton under the interpreter too
 def test_a_seeded_run_of_the_default_mix_asks_for_no_variant_the_warm_calls_do_not_make(backend, recorded):
     warmed = warmed_variants(backend, recorded)
+    run_examples(backend)
     run(backend, strategies.worlds(), 60, 1)
     launched = set(recorded[0])
     families = {name.split(".")[0] for name, *_ in launched}
