@@ -129,17 +129,6 @@ SPEC_EXAMPLES: tuple[SlotExample, ...] = (
     # p=2**29-1 -> col 0 (row[0]=1): 2**29 + 2**29 - 1 = 1073741823.
     SlotExample("spec4-row-past-2**31-positions", 2**29, 2**29, rows=((1, 2, 3, 4, 5),),
                 positions=((2**30 + 7, 5 * 2**29, 2**29 - 1),), expected=(1610612743, -1, 1073741823), width=5),
-    # A virtual block past 2**31 positions: K=B=2**30, W=4, I=1, row [7, 9]; VB = 2**32, so
-    # a kernel must divide in 64 bits (the tiled kernel's plain division once wrapped K*W in
-    # int32). p=2**32+6 -> vbi 1, vbo 6: rank 6 % 4 = 2, l = 6 // 4 = 1, col 1: 9*2**30+1.
-    # p=3*2**30+3 -> vbo past 2**31: rank 3, l = 3*2**28, col 0: 7*2**30 + 3*2**28.
-    # p=2**31+2 -> rank 2, l = 2**29, col 0: 7*2**30 + 2**29. p=5 -> rank 1.
-    SlotExample("spec4-virtual-block-past-2**31-rank2", 2**30, 2**30, rows=((7, 9),),
-                positions=((2**32 + 6, 3 * 2**30 + 3, 2**31 + 2, 5),), expected=(9663676417, -1, 8053063680, -1),
-                width=2, cp_world_size=4, cp_rank=2),
-    SlotExample("spec4-virtual-block-past-2**31-rank3", 2**30, 2**30, rows=((7, 9),),
-                positions=((2**32 + 6, 3 * 2**30 + 3, 2**31 + 2, 5),), expected=(-1, 8321499136, -1, -1),
-                width=2, cp_world_size=4, cp_rank=3),
     # An interleave that is no power of two: K=48, B=16 (P=3), W=2, I=3, rank 0, row [7, 8, 9];
     # VB = 96. p=3: chunk 3//3 = 1, 1 % 2 = 1: rank 1's, -1. p=6: chunk 2, 2 % 2 = 0: rank 0,
     # l = (6 // 6) * 3 + 6 % 3 = 3, col 0: 7*16+3 = 115. p=2: chunk 0, l=2: 7*16+2 = 114.
@@ -174,4 +163,15 @@ SPEC_EXAMPLES: tuple[SlotExample, ...] = (
     # Request 0 row [1]: p=2 -> 18; request 1 empty; request 2 row [2]: p=0 -> 32.
     SlotExample("spec4-empty-request-and-T-equals-Tmax", 16, 16, rows=((1,), (9,), (2,)),
                 positions=((2,), (), (0,)), expected=(18, 32), max_num_tokens=2),
+    # A virtual block past 2**31 positions: K=B=2**30, W=4, I=1, row [7, 9]; VB = 2**32, so
+    # a kernel must divide in 64 bits (the tiled kernel's plain division once wrapped K*W in
+    # int32). p=2**32+6 -> vbi 1, vbo 6: rank 6 % 4 = 2, l = 6 // 4 = 1, col 1: 9*2**30+1.
+    # p=3*2**30+3 -> vbo past 2**31: rank 3, l = 3*2**28, col 0: 7*2**30 + 3*2**28.
+    # p=2**31+2 -> rank 2, l = 2**29, col 0: 7*2**30 + 2**29. p=5 -> rank 1.
+    SlotExample("spec4-virtual-block-past-2**31-rank2", 2**30, 2**30, rows=((7, 9),),
+                positions=((2**32 + 6, 3 * 2**30 + 3, 2**31 + 2, 5),), expected=(9663676417, -1, 8053063680, -1),
+                width=2, cp_world_size=4, cp_rank=2),
+    SlotExample("spec4-virtual-block-past-2**31-rank3", 2**30, 2**30, rows=((7, 9),),
+                positions=((2**32 + 6, 3 * 2**30 + 3, 2**31 + 2, 5),), expected=(-1, 8321499136, -1, -1),
+                width=2, cp_world_size=4, cp_rank=3),
 )
