@@ -8,13 +8,22 @@ the step's own cost. Compare settings by running this once for each, on one host
     BLOCKTABLE_KV_WORLDS=0 python ci/step_cost.py --examples 120
     BLOCKTABLE_KV_WORLDS=1 python ci/step_cost.py --examples 120
 
+`--profile N` runs a third pass of the same programs under cProfile and prints where
+its time went: own time by part (our lockstep code, the implementation, the
+reference, Hypothesis, torch, Triton, numpy) and the N functions with the most own
+time. cProfile slows pure Python more than native calls, so the shares are rough.
+
 Needs the package installed (`pip install -e .`).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import cProfile
+import io
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -46,21 +55,77 @@ def one_pass(examples: int, seed: int, device: str, folder: str) -> tuple[Stats,
                    journal=os.path.join(folder, "journal.jsonl")))
 
 
+def parts_by_folder() -> list[tuple[str, str]]:
+    """(folder, part) for our four packages, wherever they are installed (a checkout's
+    editable install keeps them in four top-level folders), the deepest first."""
+    import blocktable
+    import blocktable.kernels
+    import blocktable.properties
+    import blocktable.reference
+
+    ours = [(blocktable.properties, "our lockstep code (properties)"), (blocktable.reference, "the reference"),
+            (blocktable.kernels, "our kernels' Python"), (blocktable, "the implementation (blocktable)")]
+    return [(os.path.join(os.path.dirname(os.path.abspath(package.__file__)), ""), name) for package, name in ours]
+
+
+LIBRARIES = (("/hypothesis/", "Hypothesis"), ("/triton/", "Triton"), ("/torch/", "torch"), ("/numpy/", "numpy"))
+
+
+def part(filename: str, function: str, folders: list[tuple[str, str]]) -> str:
+    """Which part of the process a profiled function belongs to (a built-in method by
+    its name: torch's and numpy's C methods name their type)."""
+    for folder, name in folders:
+        if filename.startswith(folder):
+            return name
+    for marker, name in LIBRARIES:
+        if marker in filename:
+            return name
+    for word, name in (("torch", "torch"), ("TensorBase", "torch"), ("numpy", "numpy"), ("triton", "Triton")):
+        if word in function:
+            return name
+    return "other (Python, built-ins)"
+
+
+def profile(examples: int, seed: int, device: str, folder: str, top: int) -> str:
+    """A third pass under cProfile: own time by part, then the `top` functions."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    stats, elapsed = one_pass(examples, seed, device, folder)
+    profiler.disable()
+    table = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    folders = parts_by_folder()
+    parts: collections.Counter[str] = collections.Counter()
+    for (filename, _, function), (_, _, own, _, _) in table.items():
+        parts[part(filename, function, folders)] += own
+    total = sum(parts.values())
+    out = io.StringIO()
+    out.write(f"profiled pass: {stats.steps} checked steps in {elapsed:.1f} s under cProfile; own time by part:\n")
+    for name, seconds in parts.most_common():
+        out.write(f"  {seconds:7.2f} s {100 * seconds / total:5.1f}%  {name}\n")
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=120, help="programs per pass (default 120)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--profile", type=int, metavar="N", default=0,
+                        help="a third pass under cProfile: own time by part and the N costliest functions")
     args = parser.parse_args()
     setting = {name: os.environ[name] for name in sorted(os.environ) if name.startswith("BLOCKTABLE_")}
     with tempfile.TemporaryDirectory() as folder:
         warm, warm_s = one_pass(args.examples, args.seed, args.device, folder)
         timed, timed_s = one_pass(args.examples, args.seed, args.device, folder)
+        profiled = profile(args.examples, args.seed, args.device, folder, args.profile) if args.profile else ""
     if timed.steps != warm.steps:
         sys.exit(f"the passes ran different programs ({warm.steps} and {timed.steps} steps): not comparable")
     print(f"{setting or 'defaults'}: {timed.steps} checked steps a pass; compiling pass {warm_s:.1f} s, "
           f"timed pass {timed_s:.1f} s = {timed.steps / timed_s:.1f} checked steps/s "
           f"({1000 * timed_s / timed.steps:.2f} ms a step)")
+    if profiled:
+        print(profiled, end="")
 
 
 if __name__ == "__main__":

@@ -272,7 +272,7 @@ def spread(base: int, positions: list[int]) -> tuple[int, ...]:
     return tuple(ids)
 
 
-# What a KV world draws (kv_configs); lockstep/warm.py compiles a kernel variant for each.
+# What a KV world draws (kv_configs); lockstep/warm/kv.py compiles a kernel variant for each.
 KV_HEADS = (1, 2, 3)
 KV_HEAD_SIZES = (1, 2, 3, 4, 8)
 KV_DTYPES = ("float16", "bfloat16", "float32")

@@ -1,4 +1,4 @@
-"""Warming Triton's cache with lockstep/warm.py's calls, in other processes: in the
+"""Warming Triton's cache with lockstep/warm/'s calls, in other processes: in the
 foreground, reported call by call (`blocktable warm`), or in the background of a
 fuzzing run on a GPU, at low priority, as many processes as the cores its fuzzing
 processes leave (not pinned), and stopped when the run ends.

@@ -15,13 +15,13 @@ CI = Path(__file__).resolve().parents[2] / "ci"
 
 
 @pytest.fixture
-def timing_script(tmp_path: Path) -> Callable[[str], str]:
+def timing_script(tmp_path: Path) -> Callable[..., str]:
     """Runs `ci/NAME --examples 3 --device cpu` with KV worlds off and no other
     BLOCKTABLE_ setting (a budget of programs, not seconds: a loaded machine may not
     finish one program in a few seconds); returns its output, once it exited 0."""
-    def run(name: str) -> str:
+    def run(name: str, *extra: str) -> str:
         env = {k: v for k, v in os.environ.items() if not k.startswith("BLOCKTABLE_")} | {"BLOCKTABLE_KV_WORLDS": "0"}
-        done = subprocess.run([sys.executable, str(CI / name), "--examples", "3", "--device", "cpu"],
+        done = subprocess.run([sys.executable, str(CI / name), "--examples", "3", "--device", "cpu", *extra],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
         assert done.returncode == 0, done.stderr
         return done.stdout

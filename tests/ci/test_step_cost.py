@@ -15,3 +15,14 @@ def test_the_timed_pass_runs_the_programs_of_the_compiling_pass(timing_script):
     said = re.fullmatch(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}: (\d+) checked steps a pass; compiling pass [\d.]+ s, "
                         r"timed pass [\d.]+ s = [\d.]+ checked steps/s \([\d.]+ ms a step\)\n", output)
     assert said and int(said.group(1)) > 0, output
+
+
+@pytest.mark.fuzz
+def test_a_profiled_pass_says_where_its_time_went(timing_script):
+    output = timing_script("step_cost.py", "--profile", "5")
+    head, _, rest = output.partition("\n")
+    assert re.fullmatch(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}: \d+ checked steps a pass; .*", head), output
+    assert re.match(r"profiled pass: \d+ checked steps in [\d.]+ s under cProfile; own time by part:\n", rest), output
+    parts = re.findall(r"^ +[\d.]+ s +[\d.]+%  (.+)$", rest, flags=re.MULTILINE)
+    assert "our lockstep code (properties)" in parts and "Hypothesis" in parts, parts
+    assert "Ordered by: internal time" in rest and "List reduced" in rest  # the 5 costliest functions
