@@ -36,7 +36,7 @@ from blocktable.properties.run.journal import Journal
 from blocktable.properties.run.messages import Job, Log, Progress, Result, Stats
 from blocktable.properties.run.prepare import prepare
 from blocktable.properties.run.replay import replay_lockstep
-from blocktable.properties.slot.call import run_slot_call, slot_call
+from blocktable.properties.slot.call import run_slot_call
 from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
 # Examples per seeded chunk when fuzzing for a time budget. Each chunk is a fresh
@@ -119,8 +119,7 @@ def fuzz_child(job: Job, send: Send) -> None:
     send(Progress("contract examples", totals.stats()))  # set up: the parent may show progress now
     # A table class computes its own slot mappings: no slot-mapping kernel is under test.
     for index, example in enumerate(SPEC_EXAMPLES if kernels.table is None else ()):
-        qsl, positions, table = example.inputs()
-        call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+        call = example.call()
         journal.start({"kind": "slot-call", "kernel": spec, "call": call, "device": described,
                        "replay_device": found_on})
         outcome = run_slot_call(call, kernel, backend)

@@ -24,7 +24,7 @@ from blocktable.properties.run.failure import describe_failure
 from blocktable.properties.run.journal import Journal
 from blocktable.properties.run.messages import Job, Log, Result
 from blocktable.properties.run.prepare import config_error, plugins_for, prepare_backend
-from blocktable.properties.slot.call import run_slot_call, slot_call
+from blocktable.properties.slot.call import run_slot_call
 from blocktable.properties.slot.examples import SPEC_EXAMPLES
 from blocktable.properties.v2.call import run_v2_call
 from blocktable.properties.world import WorldConfig
@@ -56,8 +56,7 @@ def replay_whole_run(whole: dict[str, Any], kernels: Plugins, backend: device.Ba
     as a case, which part that was); the first failure ends it."""
     spec = kernels.slot_spec
     for example in SPEC_EXAMPLES[:whole["contract_examples"]]:
-        qsl, positions, table = example.inputs()
-        call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+        call = example.call()
         part = Case("slot-call", spec, {}, call=call)
         if on_program is not None:
             on_program(part)

@@ -45,7 +45,7 @@ def _share(index: int, processes: int, device_name: str, messages: Any | None, r
     """Process `index` of `processes`: every processes-th call from the index-th on;
     with none raising, it leaves its file under `record` (warmed.py)."""
     from blocktable import device, plugin
-    from blocktable.properties.lockstep.warm import launches, warm_calls
+    from blocktable.properties.lockstep.warm import warm_calls
     from blocktable.properties.run import warmed
 
     if messages is None:  # the background: behind the run, and silent
@@ -60,7 +60,7 @@ def _share(index: int, processes: int, device_name: str, messages: Any | None, r
     for call in warm_calls()[index::processes]:
         error = None
         try:
-            for _ in launches(call, kernels, backend):
+            for _ in call.launches(kernels, backend):
                 pass
         except Exception as e:  # reported by the parent; the other calls still run
             error = f"{type(e).__name__}: {e}"

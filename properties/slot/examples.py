@@ -8,8 +8,11 @@ our Triton kernel and any plugged-in kernel; `blocktable fuzz` runs them first.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from blocktable.properties.slot.call import slot_call
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,12 @@ class SlotExample:
     def kwargs(self) -> dict[str, int]:
         return dict(kv_block_size=self.kv_block_size, kernel_block_size=self.kernel_block_size,
                     cp_world_size=self.cp_world_size, cp_rank=self.cp_rank, cp_interleave=self.cp_interleave)
+
+    def call(self) -> dict[str, Any]:
+        """The example as a stateless slot-mapping call (slot/call.py): what `fuzz`
+        runs first, and a slot-call case holds."""
+        qsl, positions, table = self.inputs()
+        return slot_call(self.name, self.kwargs(), qsl, positions, table, self.tmax)
 
 
 def _ex6(rank: int, interleave: int) -> SlotExample:

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from blocktable.properties.cases.case import Case, load
-from blocktable.properties.slot.call import slot_call
 from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
 pytestmark = pytest.mark.fuzz
@@ -174,8 +173,7 @@ def test_an_import_error_in_a_plugin_names_its_line(cli, tmp_path):
 
 def slot_call_case(tmp_path: Path, kernel: str) -> Path:
     example = SPEC_EXAMPLES[0]
-    qsl, positions, table = example.inputs()
-    call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+    call = example.call()
     case = Case("slot-call", kernel, {"what": f"{example.name} slot mapping", "message": "seen once", "step": None},
                 call=call)
     return case.save(tmp_path / "cases")
@@ -230,8 +228,7 @@ def test_the_poured_in_poison_is_labelled_as_never_written():
 
 def test_case_files_of_different_kernels_and_failures_never_share_a_name(tmp_path):
     example = SPEC_EXAMPLES[0]
-    qsl, positions, table = example.inputs()
-    call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+    call = example.call()
     failure = {"what": "slots", "message": "first at token 0", "step": None}
     kernels = ["/a/kernel.py:slot_mapping", "/b/kernel.py:slot_mapping", "/a/other.py:slot_mapping", "triton"]
     paths = {Case("slot-call", k, dict(failure), call=call).path_in(tmp_path) for k in kernels}
@@ -246,8 +243,8 @@ def test_case_files_of_different_kernels_and_failures_never_share_a_name(tmp_pat
 
 def test_version_1_case_files_still_load(tmp_path):
     example = SPEC_EXAMPLES[0]
-    qsl, positions, table = example.inputs()
-    call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+    _, _, table = example.inputs()
+    call = example.call()
     data = Case("slot-call", "triton", {"what": "w", "message": "m", "step": None}, call=call).to_json()
     data["version"] = 1
     del data["confirmation"]

@@ -139,7 +139,6 @@ def test_an_emitted_test_copied_with_its_kernel_elsewhere_passes_and_fails_as_th
     import shutil
 
     from blocktable.properties.cases.case import Case
-    from blocktable.properties.slot.call import slot_call
     from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
     project = tmp_path / "project"
@@ -148,8 +147,7 @@ def test_an_emitted_test_copied_with_its_kernel_elsewhere_passes_and_fails_as_th
     assert source.count(ALWAYS_WRONG[0]) == 1
     (project / "kernels" / "mine.py").write_text(source.replace(*ALWAYS_WRONG))
     example = SPEC_EXAMPLES[0]
-    qsl, positions, table = example.inputs()
-    call = slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax)
+    call = example.call()
     case = Case("slot-call", "reference", {"what": "slots", "message": "seen", "step": None}, call=call)
     path = case.save(project / "cases")
     code, out = cli("replay", str(path), "--kernel", f"{project / 'kernels' / 'mine.py'}:slot_mapping",

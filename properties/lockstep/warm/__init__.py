@@ -34,14 +34,11 @@ class WarmCall(Protocol):
 
     def describe(self) -> str: ...
 
-    def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]: ...
+    def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]:
+        """The call's launches, one at a time (each yields what it launched)."""
+        ...
 
 
 def warm_calls() -> list[WarmCall]:
     """Every call, those a run needs first first."""
     return [*slot.calls(), *oracle.calls(), *v2.calls(), *kv.calls()]
-
-
-def launches(call: WarmCall, kernels: KVKernels, backend: Backend) -> Iterator[str]:
-    """The call's launches, one at a time (each yields what it launched)."""
-    return call.launches(kernels, backend)

@@ -59,7 +59,30 @@ class KVCall:
         return f"KV world H={kv.num_heads} D={kv.head_size} {kv.dtype} cache {kv.kv_cache_dtype}"
 
     def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]:
-        return launches(self, kernels, backend)
+        """The call's kernel launches, one at a time (each yields what it launched): two
+        blocks of one slot each, one token written, one gathered."""
+        kv = self.kv
+        blocks, block_size = 2, 1
+        cells = flat_size(kv, blocks, block_size)
+        host = np.zeros(cells, dtype=HOST[cache_dtype(kv)])
+        impl = cache_pair(to_device(host, cache_dtype(kv), backend), kv, blocks, block_size)
+        pairs = upload(torch.tensor([[0, 1]], dtype=torch.int64), backend)
+        kernels.copy([impl.key], [impl.value], pairs)
+        yield "copy"
+        values = np.zeros(2, dtype=np.int64)  # one token and one padding row, as a step's keys have
+        slots = upload(torch.tensor([0], dtype=torch.int64), backend)
+        for scale in self.scales:
+            scaled = dataclasses.replace(kv, k_scale=scale, v_scale=scale)
+            key, value = (to_device(token_data(values, scaled, which), kv.dtype, backend) for which in (0, 1))
+            kernels.write(key, value, impl.key, impl.value, slots, **kernel_options(scaled))
+            yield f"write, scale {scale:g}"
+        empty = np.zeros((1 + PAD_ROWS, kv.num_heads, kv.head_size), dtype=HOST[out_dtype(kv)])
+        for n in self.requests:
+            table = upload(torch.zeros((n, 1), dtype=torch.int32), backend)
+            cu = upload(torch.from_numpy(np.minimum(np.arange(n + 1), 1).astype(np.int32)), backend)
+            out_key, out_value = (to_device(empty, out_dtype(kv), backend) for _ in range(2))
+            kernels.gather(impl.key, impl.value, table, cu, out_key, out_value, **kernel_options(kv))
+            yield f"gather, {n} requests"
 
 
 def request_counts() -> tuple[int, ...]:
@@ -81,30 +104,3 @@ def calls() -> list[KVCall]:
                     kv = KVConfig(num_heads=heads, head_size=head_size, dtype=dtype, kv_cache_dtype=cache)
                     made.append(KVCall(kv, scales, requests))
     return made
-
-
-def launches(call: KVCall, kernels: KVKernels, backend: Backend) -> Iterator[str]:
-    """The call's kernel launches, one at a time (each yields what it launched): two
-    blocks of one slot each, one token written, one gathered."""
-    kv = call.kv
-    blocks, block_size = 2, 1
-    cells = flat_size(kv, blocks, block_size)
-    host = np.zeros(cells, dtype=HOST[cache_dtype(kv)])
-    impl = cache_pair(to_device(host, cache_dtype(kv), backend), kv, blocks, block_size)
-    pairs = upload(torch.tensor([[0, 1]], dtype=torch.int64), backend)
-    kernels.copy([impl.key], [impl.value], pairs)
-    yield "copy"
-    values = np.zeros(2, dtype=np.int64)  # one token and one padding row, as a step's keys have
-    slots = upload(torch.tensor([0], dtype=torch.int64), backend)
-    for scale in call.scales:
-        scaled = dataclasses.replace(kv, k_scale=scale, v_scale=scale)
-        key, value = (to_device(token_data(values, scaled, which), kv.dtype, backend) for which in (0, 1))
-        kernels.write(key, value, impl.key, impl.value, slots, **kernel_options(scaled))
-        yield f"write, scale {scale:g}"
-    empty = np.zeros((1 + PAD_ROWS, kv.num_heads, kv.head_size), dtype=HOST[out_dtype(kv)])
-    for n in call.requests:
-        table = upload(torch.zeros((n, 1), dtype=torch.int32), backend)
-        cu = upload(torch.from_numpy(np.minimum(np.arange(n + 1), 1).astype(np.int32)), backend)
-        out_key, out_value = (to_device(empty, out_dtype(kv), backend) for _ in range(2))
-        kernels.gather(impl.key, impl.value, table, cu, out_key, out_value, **kernel_options(kv))
-        yield f"gather, {n} requests"

@@ -23,7 +23,7 @@ import torch
 from blocktable.device import Backend, upload
 from blocktable.plugin import KVKernels
 from blocktable.properties.lockstep.strategies import MAX_NUM_REQS
-from blocktable.properties.slot.call import run_slot_call, slot_call
+from blocktable.properties.slot.call import run_slot_call
 from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
 SHAPES = ("decode", "prefill", "long")  # tokens = requests; one more; 1,024 a request
@@ -78,9 +78,7 @@ class ExamplesCall:
         from blocktable.slot import slot_mapping_tiled
 
         for example in SPEC_EXAMPLES:
-            qsl, positions, table = example.inputs()
-            run_slot_call(slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax),
-                          slot_mapping_tiled, backend)
+            run_slot_call(example.call(), slot_mapping_tiled, backend)
             yield example.name
 
 

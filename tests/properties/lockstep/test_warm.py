@@ -21,11 +21,11 @@ from blocktable import device, kv, oracle, plugin, slot
 from blocktable.properties.lockstep import strategies
 from blocktable.properties.lockstep.machine import make_machine
 from blocktable.properties.lockstep.warm import kv as warm_kv
-from blocktable.properties.lockstep.warm import launches, warm_calls
 from blocktable.properties.lockstep.warm import oracle as warm_oracle
 from blocktable.properties.lockstep.warm import slot as warm_slot
+from blocktable.properties.lockstep.warm import warm_calls
 from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE, V2_KERNELS_VARIABLE, plugins_for
-from blocktable.properties.slot.call import run_slot_call, slot_call
+from blocktable.properties.slot.call import run_slot_call
 from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
 LAUNCHED = {  # the kernels our wrappers launch, by module
@@ -149,7 +149,7 @@ def warmed_variants(backend, recorded):
     launching[0] = False
     kernels = ours()
     for call in warm_calls():
-        for _ in launches(call, kernels, backend):
+        for _ in call.launches(kernels, backend):
             pass
     warmed = set(seen)
     seen.clear()
@@ -160,9 +160,7 @@ def warmed_variants(backend, recorded):
 def run_examples(backend):
     """The contract's worked examples through our kernel, as a fuzzing run checks them first."""
     for example in SPEC_EXAMPLES:
-        qsl, positions, table = example.inputs()
-        outcome = run_slot_call(slot_call(example.name, example.kwargs(), qsl, positions, table, example.tmax),
-                                slot.slot_mapping_tiled, backend)
+        outcome = run_slot_call(example.call(), slot.slot_mapping_tiled, backend)
         assert outcome.passed, example.name
 
 
