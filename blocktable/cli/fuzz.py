@@ -228,7 +228,7 @@ def _run(args: argparse.Namespace) -> int:
     if jobs > 1:
         from blocktable.cli import fuzz_workers
 
-        with background(args, jobs):
+        with background(args, jobs, kv):
             workers = fuzz_workers.run(target, job, jobs, args.out, shown, _detail)
         result, latest = workers.result, workers.total
         if result is None:  # a worker died: its journal has the fatal step
@@ -239,7 +239,7 @@ def _run(args: argparse.Namespace) -> int:
                             workers.outcomes[died].exitcode, until)
         fuzz_workers.remove_journals(workers)
     else:
-        with background(args, jobs):
+        with background(args, jobs, kv):
             result, exitcode, latest = _run_one(args, shown, job, target, examples)
         if result is None:  # the child died: the journal has the fatal step
             return _crashed(args, job, journal, exitcode, until)

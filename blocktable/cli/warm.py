@@ -5,7 +5,9 @@ loads each variant from the cache instead of compiling it on first use, about a
 third of a second each on an H100 host (docs/results.md). `fuzz` warms the same way
 in the background (unless --no-warm, or a warm before left its record in the cache);
 run this once per host, Triton and blocktable version and kind of GPU before timing
-runs against each other, or when building a runner's image (docs/cli.md). Exit 0:
+runs against each other, or when building a runner's image (docs/cli.md).
+`--stateless` warms, instead, what `fuzz --stateless --kv-…` draws of our KV kernels
+(fuzz warms those in the background of such a run too). Exit 0:
 every call made; 1: a call raised (each is named) or a process died; 2: usage error"""
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="auto (the GPU if present), cuda, or cpu (the interpreter: nothing to compile)")
     p.add_argument("--processes", type=int, metavar="P",
                    help="processes compiling at once (default: one per usable core)")
+    p.add_argument("--stateless", action="store_true",
+                   help="instead, the variants of our KV kernels that `fuzz --stateless --kv-…` draws (about 1,300 "
+                        "tiny calls)")
     p.set_defaults(run=run)
 
 
@@ -40,9 +45,8 @@ def add_no_warm(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from blocktable.properties.lockstep.warm import warm_calls
     from blocktable.properties.run import warmed
-    from blocktable.properties.run.warm import warm
+    from blocktable.properties.run.warm import family_calls, warm
     from blocktable.properties.run.workers import usable_cores
 
     if args.processes is not None and args.processes < 1:
@@ -54,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
                       "compiled")
         return EXIT_PASS
     processes = args.processes or len(usable_cores())
+    family = "stateless-kv" if args.stateless else "lockstep"
     progress = bars(console)
-    task = progress.add("warm", len(warm_calls()))
+    task = progress.add("warm", len(family_calls(family)))
     finished = 0
 
     def on_call(what: str, error: str | None) -> None:
@@ -64,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         progress.update(task, finished, what if error is None else f"{what}: raised")
 
     try:
-        report = warm("cuda", processes, on_call)
+        report = warm("cuda", processes, on_call, family)
     finally:
         progress.stop()
     for what, error in report.failed:
@@ -79,18 +84,23 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_PASS if report.done == report.total else EXIT_FAIL
 
 
-def background(args: argparse.Namespace, jobs: int) -> AbstractContextManager[Any]:
-    """fuzz's background warm: a lockstep run on a GPU (every one launches our data
-    oracle's kernels, whatever it plugs in), unless a warm before left its record
-    that the cache holds every variant (run/warmed.py); as many processes as the
-    cores the fuzzing processes leave (one at least, at low priority)."""
+def background(args: argparse.Namespace, jobs: int, kv: dict[str, str]) -> AbstractContextManager[Any]:
+    """fuzz's background warm on a GPU: for a lockstep run (every one launches our
+    data oracle's kernels, whatever it plugs in), or a stateless run of the KV
+    kernels where one of them (`kv`: the --kv-* named) is ours; unless a warm before
+    left its record that the cache holds every variant (run/warmed.py). As many
+    processes as the cores the fuzzing processes leave (one at least, at low
+    priority)."""
     from blocktable.properties.run import warmed
     from blocktable.properties.run.warm import MAX_BACKGROUND, in_background
     from blocktable.properties.run.workers import usable_cores
 
-    if args.no_warm or args.stateless or not device.chooses_gpu(args.device):
+    if args.no_warm or not device.chooses_gpu(args.device):
         return nullcontext()
-    record = warmed.key()  # hashes the package's modules: once, for the check and the processes
+    if args.stateless and "triton" not in kv.values():  # the slot or V2 kernels, or KV plug-ins alone: no warm
+        return nullcontext()
+    family = "stateless-kv" if args.stateless else "lockstep"
+    record = warmed.key(family)  # hashes the package's modules: once, for the check and the processes
     if warmed.is_warm(record):  # a warm before left every variant in the cache
         return nullcontext()
-    return in_background("cuda", min(MAX_BACKGROUND, max(1, len(usable_cores()) - jobs)), record)
+    return in_background("cuda", min(MAX_BACKGROUND, max(1, len(usable_cores()) - jobs)), record, family)

@@ -9,6 +9,9 @@ background nothing is said (its output goes nowhere): the run meets the same var
 and reports it in its own terms. Triton puts a compiled kernel into its cache by
 renaming a finished file, so a process stopped mid-compile leaves nothing
 half-written, and two processes compiling one variant leave one copy.
+
+Two families of calls: "lockstep" (lockstep/warm/: what a lockstep run launches) and
+"stateless-kv" (kv/warm.py: what the stateless KV modes' draws launch).
 """
 
 from __future__ import annotations
@@ -27,6 +30,20 @@ from blocktable.properties.run.workers import STOP_TIMEOUT_S, THREAD_VARIABLES, 
 
 MAX_BACKGROUND = 8  # background processes: on a GPU host, every variant within seconds
 LOW_PRIORITY = 10  # the background's niceness: a fuzzing process sharing its core comes first
+FAMILIES = ("lockstep", "stateless-kv")
+
+
+def family_calls(family: str) -> list[Any]:
+    """The warm calls of a family (each a lockstep.warm.WarmCall)."""
+    if family == "lockstep":
+        from blocktable.properties.lockstep.warm import warm_calls
+
+        return list(warm_calls())
+    if family == "stateless-kv":
+        from blocktable.properties.kv.warm import calls
+
+        return list(calls())
+    raise ValueError(f"no warm family {family!r}: one of {', '.join(FAMILIES)}")
 
 
 @dataclass
@@ -41,11 +58,11 @@ class WarmReport:
     seconds: float = 0.0
 
 
-def _share(index: int, processes: int, device_name: str, messages: Any | None, record: str | None) -> None:
+def _share(index: int, processes: int, device_name: str, messages: Any | None, record: str | None,
+           family: str) -> None:
     """Process `index` of `processes`: every processes-th call from the index-th on;
     with none raising, it leaves its file under `record` (warmed.py)."""
     from blocktable import device, plugin
-    from blocktable.properties.lockstep.warm import warm_calls
     from blocktable.properties.run import warmed
 
     if messages is None:  # the background: behind the run, and silent
@@ -57,7 +74,7 @@ def _share(index: int, processes: int, device_name: str, messages: Any | None, r
     backend = device.select(device_name)
     kernels = plugin.load_kv_kernels(dict.fromkeys(plugin.KV_KINDS, "triton"))
     whole = True
-    for call in warm_calls()[index::processes]:
+    for call in family_calls(family)[index::processes]:
         error = None
         try:
             for _ in call.launches(kernels, backend):
@@ -71,12 +88,13 @@ def _share(index: int, processes: int, device_name: str, messages: Any | None, r
         warmed.mark(index, processes, record)
 
 
-def _start(device_name: str, processes: int, messages: Any | None, record: str | None) -> list[Any]:
+def _start(device_name: str, processes: int, messages: Any | None, record: str | None,
+           family: str) -> list[Any]:
     context = multiprocessing.get_context("spawn")
     started = []
     with inherited(Placement(dict.fromkeys(THREAD_VARIABLES, "1"))), sigint_ignored():
         for i in range(processes):
-            process = context.Process(target=_share, args=(i, processes, device_name, messages, record),
+            process = context.Process(target=_share, args=(i, processes, device_name, messages, record, family),
                                       daemon=True)
             process.start()
             started.append(process)
@@ -94,17 +112,17 @@ def _stop(processes: list[Any]) -> None:
             process.join()
 
 
-def warm(device_name: str, processes: int, on_call: Callable[[str, str | None], None]) -> WarmReport:
+def warm(device_name: str, processes: int, on_call: Callable[[str, str | None], None],
+         family: str = "lockstep") -> WarmReport:
     """Every warm call, shared among `processes` processes; on_call(what, error or
     None) as each ends. Ctrl-C stops them all (KeyboardInterrupt goes on up)."""
-    from blocktable.properties.lockstep.warm import warm_calls
     from blocktable.properties.run import warmed
 
-    report = WarmReport(total=len(warm_calls()))
+    report = WarmReport(total=len(family_calls(family)))
     start = time.monotonic()
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
-    started = _start(device_name, processes, messages, warmed.key())
+    started = _start(device_name, processes, messages, warmed.key(family), family)
     try:
         while report.done + len(report.failed) < report.total:
             try:
@@ -131,10 +149,11 @@ def warm(device_name: str, processes: int, on_call: Callable[[str, str | None], 
 
 
 @contextmanager
-def in_background(device_name: str, processes: int, record: str | None) -> Iterator[list[Any]]:
+def in_background(device_name: str, processes: int, record: str | None,
+                  family: str = "lockstep") -> Iterator[list[Any]]:
     """The warm calls in `processes` background processes (given to the body) while
     the body runs, each leaving its file under `record` (warmed.key()) when whole."""
-    started = _start(device_name, processes, None, record)
+    started = _start(device_name, processes, None, record, family)
     try:
         yield started
     finally:

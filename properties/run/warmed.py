@@ -79,18 +79,18 @@ def modules(folders: dict[str, Path]) -> list[tuple[str, Path]]:
     return sorted(found.items())
 
 
-def key() -> str | None:
-    """What this host's compilations depend on, hashed; None where it cannot be known.
-    The GPUs are all the host's, with the CUDA_VISIBLE_DEVICES that picks among them:
-    a warm and a run on one host compile for the same GPU when that setting is the
-    same."""
+def key(family: str = "lockstep") -> str | None:
+    """What this host's compilations of a family of warm calls (run/warm.py) depend
+    on, hashed; None where it cannot be known. The GPUs are all the host's, with the
+    CUDA_VISIBLE_DEVICES that picks among them: a warm and a run on one host compile
+    for the same GPU when that setting is the same."""
     import triton
 
     models = _gpu_models()
     if not models:
         return None
     digest = hashlib.sha256()
-    digest.update(f"triton {triton.__version__}\n".encode())
+    digest.update(f"family {family}\ntriton {triton.__version__}\n".encode())
     digest.update("".join(f"gpu {model}\n" for model in models).encode())
     digest.update(f"visible {os.environ.get('CUDA_VISIBLE_DEVICES')}\n".encode())
     try:

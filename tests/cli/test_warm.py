@@ -1,7 +1,8 @@
 """`blocktable warm` and fuzz's background warm: nothing to compile under the
 interpreter, a clear usage error for a bad count, and the background started only
 where it helps (a lockstep run on a GPU, which launches our data oracle's kernels
-whatever it plugs in, unless a warm before left its record)."""
+whatever it plugs in, or a stateless run of our KV kernels on a GPU; unless a warm
+before left its record)."""
 
 from contextlib import nullcontext
 
@@ -38,6 +39,14 @@ def fuzz_args(*extra):
     return build_parser().parse_args(["fuzz", "--device", "cuda", *extra])
 
 
+def background(*extra):
+    """fuzz's background warm for these flags (the KV kernels named as fuzz names them)."""
+    args = fuzz_args(*extra)
+    kv = {kind: getattr(args, f"kv_{kind}") for kind in ("write", "copy", "gather")
+          if getattr(args, f"kv_{kind}") is not None}
+    return warm.background(args, 1, kv)
+
+
 @pytest.mark.parametrize("extra, environment", [
     ((), {}),
     (("--kv-write", "torch", "--kv-copy", "torch", "--kv-gather", "torch"), {}),
@@ -53,19 +62,36 @@ def test_a_gpu_lockstep_run_warms_in_the_background_whatever_it_plugs_in(monkeyp
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
-    assert not isinstance(warm.background(fuzz_args(*extra), 1), nullcontext)
+    assert not isinstance(background(*extra), nullcontext)
 
 
-@pytest.mark.parametrize("extra, gpu", [(("--no-warm",), True), (("--stateless",), True), ((), False)],
-                         ids=["no-warm", "stateless", "interpreter"])
+@pytest.mark.parametrize("extra", [("--stateless", "--kv-write", "triton"),
+                                   ("--stateless", "--kv-copy", "torch", "--kv-gather", "triton")],
+                         ids=["write", "gather-among-plugins"])
+def test_a_gpu_stateless_run_of_our_kv_kernels_warms_their_draws_in_the_background(monkeypatch, extra):
+    monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: True)
+    families = []
+    monkeypatch.setattr(warmed, "key", lambda family="lockstep": families.append(family) or f"key-{family}")
+    monkeypatch.setattr(warmed, "is_warm", lambda record: False)
+    assert not isinstance(background(*extra), nullcontext)
+    assert families == ["stateless-kv"]
+
+
+@pytest.mark.parametrize("extra, gpu", [
+    (("--no-warm",), True), (("--stateless",), True), (("--stateless", "--v2-append", "triton"), True),
+    (("--stateless", "--kv-write", "torch"), True), (("--stateless", "--kv-write", "triton", "--no-warm"), True),
+    ((), False), (("--stateless", "--kv-write", "triton"), False),
+], ids=["no-warm", "stateless-slot", "stateless-v2", "stateless-kv-plugin", "stateless-kv-no-warm", "interpreter",
+        "stateless-kv-interpreter"])
 def test_no_background_warm_where_it_cannot_help(monkeypatch, extra, gpu):
     monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: gpu)
     monkeypatch.setattr(warmed, "is_warm", lambda record: False)
-    assert isinstance(warm.background(fuzz_args(*extra), 1), nullcontext)
+    assert isinstance(background(*extra), nullcontext)
 
 
-def test_no_background_warm_where_a_warm_before_left_every_variant(monkeypatch):
+@pytest.mark.parametrize("extra, family", [((), "lockstep"), (("--stateless", "--kv-write", "triton"), "stateless-kv")])
+def test_no_background_warm_where_a_warm_before_left_every_variant(monkeypatch, extra, family):
     monkeypatch.setattr(warm.device, "chooses_gpu", lambda preference: True)
-    monkeypatch.setattr(warmed, "key", lambda: "a-key")
-    monkeypatch.setattr(warmed, "is_warm", lambda record: record == "a-key")
-    assert isinstance(warm.background(fuzz_args(), 1), nullcontext)
+    monkeypatch.setattr(warmed, "key", lambda asked="lockstep": f"key-{asked}")
+    monkeypatch.setattr(warmed, "is_warm", lambda record: record == f"key-{family}")
+    assert isinstance(background(*extra), nullcontext)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from blocktable.properties.lockstep.warm import warm_calls
-from blocktable.properties.run.warm import in_background, warm
+from blocktable.properties.run.warm import family_calls, in_background, warm
 
 
 def test_every_call_is_made_once_by_one_of_the_processes():
@@ -19,6 +19,20 @@ def test_every_call_is_made_once_by_one_of_the_processes():
     assert report.done == report.total and report.failed == [] and report.died == []
     assert sorted(what for what, _ in seen) == sorted(call.describe() for call in warm_calls())
     assert all(error is None for _, error in seen)
+
+
+def test_the_stateless_kv_family_is_warmed_the_same_way():
+    from blocktable.properties.kv.warm import calls
+
+    seen = []
+    report = warm("cpu", 2, lambda what, error: seen.append((what, error)), "stateless-kv")
+    assert report.total == len(calls()) == 48 and report.done == 48 and report.failed == []
+    assert sorted(what for what, _ in seen) == sorted(call.describe() for call in calls())
+
+
+def test_an_unknown_family_is_refused():
+    with pytest.raises(ValueError, match="no warm family 'slots'"):
+        family_calls("slots")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without a GPU: cuda must fail to start")
