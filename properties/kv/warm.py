@@ -6,18 +6,26 @@ A stateless call draws its geometry afresh each time, so a run on a fresh host m
 a new variant every few calls and spends most of its first minutes compiling them,
 about a third of a second each (docs/results.md). What tells the variants apart is
 what the launch code (blocktable/kv.py) turns into compile-time constants or
-specialized arguments: the head size (with its power-of-two tile), the heads a
-program moves (H 1..4: all, or four of three), the dtypes the kernel sees (a bit
-copy moves 16- or 32-bit integers; fp8 converts from each float type and decodes
-to float32), the innermost row a copy moves (the head size plus the caches' pad),
-whether every pointer and stride is 16-aligned, and the gather's search steps
-(up to 16 requests, or 17 to 64). Scales, block sizes, layouts and how many blocks,
-tokens or pairs a call has only change arguments Triton leaves unspecialized.
+specialized arguments:
+- the head size D (with its power-of-two tile; a copy's row is D too: the caches are
+  views cut to D), and the heads a program moves (H 1..4: all, or four of three);
+- the dtypes the kernel sees: a bit copy ("auto") moves 16- or 32-bit integers, so
+  float16 and bfloat16 are one variant; fp8 writes convert from each float type; an
+  fp8 gather or copy sees uint8 whatever the data's dtype (and a gather writes
+  float32);
+- whether every pointer and stride is 16-aligned: with rows of D + pad elements, only
+  where D + pad is a multiple of 16 (joint tensors and layouts move pointers by whole
+  rows, and the index inputs are always aligned);
+- the gather's search steps: up to 16 requests, or 17 to 64.
+Two more are constant over the draws and pinned by the tests: every scale drawn takes
+the fast division, and every cache's slots fit in int32. Block sizes, layouts and how
+many blocks, tokens or pairs a call has only change arguments Triton leaves
+unspecialized.
 
-Each warm call is a small case-file call (kv/call.py) run through the same guarded
-buffers a drawn call runs in, so its tensors are laid out as a drawn call's are.
-tests/properties/kv/test_warm.py holds that seeded draws ask for no variant that
-these calls do not make.
+Each tiny call is a case-file call (kv/call.py) run through the same guarded buffers
+a drawn call runs in, so its tensors are laid out as a drawn call's are, and it is
+compared with the truth like one. tests/properties/kv/test_warm.py holds that seeded
+draws ask for no variant that these calls do not make.
 """
 
 from __future__ import annotations
@@ -28,12 +36,14 @@ from typing import Any
 
 from blocktable.device import Backend
 from blocktable.plugin import KVKernels
-from blocktable.properties.kv.call import DTYPES, run_kv_call
-from blocktable.properties.kv.draw import HEAD_SIZES
+from blocktable.properties.kv.call import run_kv_call
+from blocktable.properties.kv.draw import HEAD_SIZES, MAX_HEADS
 
-MAX_HEADS = 4  # kv/draw.py draws H from 1..4
-CACHE_PADS = (0, 1, 3)  # kv/draw.py's pads of a cache's head rows: a copy's row is D + pad
-REQUESTS = (1, 17)  # one gather per search-step count of 0..64 requests (4 and 8 steps)
+# (dtype, cache dtype) of each variant the kernels can tell apart (see above).
+WRITE_KINDS = (("float16", "auto"), ("float32", "auto"),
+               ("float16", "fp8_e4m3"), ("bfloat16", "fp8_e4m3"), ("float32", "fp8_e4m3"))
+GATHER_KINDS = COPY_KINDS = (("float16", "auto"), ("float32", "auto"), ("float16", "fp8_e4m3"))
+REQUESTS = (1, 17)  # one gather per search-step count of 1..64 requests (4 and 8 steps)
 
 
 def _base(op: str, heads: int, head_size: int, dtype: str, cache: str, pad: int) -> dict[str, Any]:
@@ -61,17 +71,17 @@ def gather_call(heads: int, head_size: int, dtype: str, cache: str, pad: int, re
 
 
 def pads(head_size: int) -> tuple[int, ...]:
-    """Pads that give both alignments: with none, a head size of a multiple of 16 has
-    every stride a multiple of 16 (aligned); a pad of one makes it unaligned. Other
-    head sizes are unaligned either way."""
+    """Pads that give each alignment the head size allows: with none, a head size of
+    a multiple of 16 has every stride a multiple of 16 (aligned), and a pad of one
+    makes it unaligned; other head sizes are unaligned either way."""
     return (0, 1) if head_size % 16 == 0 else (0,)
 
 
 @dataclasses.dataclass(frozen=True)
 class StatelessKVCall:
-    """Every variant of one head count and head size: a write and a gather per data
-    dtype, cache dtype and alignment (and per search-step count for the gather), and
-    the copies whose row is this head size plus each pad."""
+    """Every variant of one head count and head size: a write per write kind, a
+    gather per gather kind and search-step count, each per alignment; and with one
+    head, the copies (a copy's variant does not depend on H)."""
 
     heads: int
     head_size: int
@@ -81,15 +91,15 @@ class StatelessKVCall:
 
     def calls(self) -> Iterator[dict[str, Any]]:
         H, D = self.heads, self.head_size
-        for dtype in DTYPES:
-            for cache in ("auto", "fp8_e4m3"):
-                for pad in pads(D):
-                    yield write_call(H, D, dtype, cache, pad)
-                    for requests in REQUESTS:
-                        yield gather_call(H, D, dtype, cache, pad, requests)
-                if H == 1:  # a copy's variant depends on its row alone (D + pad), not on H
-                    for pad in CACHE_PADS:
-                        yield copy_call(H, D, dtype, cache, pad)
+        for pad in pads(D):
+            for dtype, cache in WRITE_KINDS:
+                yield write_call(H, D, dtype, cache, pad)
+            for dtype, cache in GATHER_KINDS:
+                for requests in REQUESTS:
+                    yield gather_call(H, D, dtype, cache, pad, requests)
+            if H == 1:
+                for dtype, cache in COPY_KINDS:
+                    yield copy_call(H, D, dtype, cache, pad)
 
     def launches(self, kernels: KVKernels, backend: Backend) -> Iterator[str]:
         for call in self.calls():

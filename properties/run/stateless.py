@@ -49,6 +49,13 @@ from blocktable.properties.v2 import draw as v2_draw
 from blocktable.properties.v2.call import run_v2_call
 
 
+def kv_call_sizes(interpreted: bool) -> tuple[int, int]:
+    """(elements a cache holds, tokens a call has), at most, in a stateless KV call.
+    The interpreter runs a Triton kernel as numpy, one program at a time: calls stay
+    small there. On a GPU a cache holds up to a million elements."""
+    return (1 << 15, 300) if interpreted else (1 << 20, 1 << 14)
+
+
 def run_guarded(kernel: Any, config: dict[str, int], call: GuardedCall, qsl: torch.Tensor, positions: torch.Tensor,
                 table: torch.Tensor) -> torch.Tensor:
     """The kernel's output of one batch, run in `call`'s guarded buffers."""
@@ -196,9 +203,7 @@ def kv_stateless_child(job: Job, send: Send) -> None:
     flags = " ".join(f"--kv-{kind} {spec}" for kind, spec in kinds)  # the draws depend on all of them
     device = backend.device
     rng = np.random.default_rng(job.seed)
-    # The interpreter runs a Triton kernel as numpy, one program at a time: calls stay
-    # small there. On a GPU a cache holds up to a million elements.
-    max_elements, max_tokens = (1 << 15, 300) if backend.interpreted else (1 << 20, 1 << 14)
+    max_elements, max_tokens = kv_call_sizes(backend.interpreted)
     journal = Journal(job.journal_path())
     described = backend.describe()
     start = time.monotonic()

@@ -1,12 +1,12 @@
-"""Warming Triton's cache with lockstep/warm/'s calls, in other processes: in the
+"""Warming Triton's cache with a family of warm calls, in other processes: in the
 foreground, reported call by call (`blocktable warm`), or in the background of a
 fuzzing run on a GPU, at low priority, as many processes as the cores its fuzzing
 processes leave (not pinned), and stopped when the run ends.
 
 Each process is spawned (no forked CUDA state), runs its libraries on one thread and
 makes every P-th call. A call that raises is reported in the foreground; in the
-background nothing is said (its output goes nowhere): the run meets the same variant
-and reports it in its own terms. Triton puts a compiled kernel into its cache by
+background nothing is said (its output goes nowhere): a lockstep run meets the same
+variant and reports it in its own terms, and a stateless run checks its own draws. Triton puts a compiled kernel into its cache by
 renaming a finished file, so a process stopped mid-compile leaves nothing
 half-written, and two processes compiling one variant leave one copy.
 
@@ -34,7 +34,8 @@ FAMILIES = ("lockstep", "stateless-kv")
 
 
 def family_calls(family: str) -> list[Any]:
-    """The warm calls of a family (each a lockstep.warm.WarmCall)."""
+    """The warm calls of a family: each has describe() and launches(kernels, backend),
+    as lockstep.warm.WarmCall says."""
     if family == "lockstep":
         from blocktable.properties.lockstep.warm import warm_calls
 

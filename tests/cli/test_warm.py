@@ -95,3 +95,15 @@ def test_no_background_warm_where_a_warm_before_left_every_variant(monkeypatch, 
     monkeypatch.setattr(warmed, "key", lambda asked="lockstep": f"key-{asked}")
     monkeypatch.setattr(warmed, "is_warm", lambda record: record == f"key-{family}")
     assert isinstance(background(*extra), nullcontext)
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_fuzz_hands_the_background_warm_the_kv_kernels_it_names(cli, monkeypatch, jobs):
+    from blocktable.cli import fuzz
+
+    handed = []
+    monkeypatch.setattr(fuzz, "background", lambda args, jobs, kv: handed.append(kv) or nullcontext())
+    code, out = cli("fuzz", "--stateless", "--kv-write", "triton", "--kv-gather", "torch", "--device", "cpu",
+                    "--examples", "1", "--jobs", jobs)
+    assert code == 0, out
+    assert handed == [{"write": "triton", "gather": "torch"}]
