@@ -6,9 +6,10 @@ processes leave (not pinned), and stopped when the run ends.
 Each process is spawned (no forked CUDA state), runs its libraries on one thread and
 makes every P-th call. A call that raises is reported in the foreground; in the
 background nothing is said (its output goes nowhere): a lockstep run meets the same
-variant and reports it in its own terms, and a stateless run checks its own draws. Triton puts a compiled kernel into its cache by
-renaming a finished file, so a process stopped mid-compile leaves nothing
-half-written, and two processes compiling one variant leave one copy.
+variant and reports it in its own terms, and a stateless run checks its own draws.
+Triton puts a compiled kernel into its cache by renaming a finished file, so a
+process stopped mid-compile leaves nothing half-written, and two processes compiling
+one variant leave one copy.
 
 Two families of calls: "lockstep" (lockstep/warm/: what a lockstep run launches) and
 "stateless-kv" (kv/warm.py: what the stateless KV modes' draws launch).
