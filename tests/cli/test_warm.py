@@ -103,7 +103,7 @@ def test_fuzz_hands_the_background_warm_the_kv_kernels_it_names(cli, monkeypatch
 
     handed = []
     monkeypatch.setattr(fuzz, "background", lambda args, jobs, kv: handed.append(kv) or nullcontext())
-    code, out = cli("fuzz", "--stateless", "--kv-write", "triton", "--kv-gather", "torch", "--device", "cpu",
-                    "--examples", "1", "--jobs", jobs)
+    code, out = cli("fuzz", "--stateless", "--kv-write", "triton", "--kv-gather", "torch", "--examples", "1",
+                    "--jobs", jobs)
     assert code == 0, out
     assert handed == [{"write": "triton", "gather": "torch"}]
