@@ -11,7 +11,7 @@ import blocktable.kernels.kv as kv_kernels
 import blocktable.kernels.oracle as oracle_kernels
 import blocktable.kernels.slot_mapping as slot_kernels
 import blocktable.kernels.v2 as v2_kernels
-from blocktable import device, kv, oracle, slot
+from blocktable import device, kv, oracle, plugin, slot
 from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE, V2_KERNELS_VARIABLE
 
 LAUNCHED = {  # the kernels our wrappers launch, by module
@@ -77,6 +77,31 @@ class Recorder:
         return launch
 
 
+class Recording:
+    """The variants launched so far (`seen`), and a way to record some without
+    launching them."""
+
+    def __init__(self):
+        self.seen, self.launching = set(), [True]
+
+    def only_recording(self, run):
+        """The variants `run()` launches, recorded but not launched (on a GPU they
+        would otherwise all be compiled here), and taken out of `seen`."""
+        self.launching[0] = False
+        try:
+            run()
+        finally:
+            self.launching[0] = True
+        made = set(self.seen)
+        self.seen.clear()
+        return made
+
+
+@pytest.fixture
+def our_kv_kernels():
+    return plugin.load_kv_kernels(dict.fromkeys(plugin.KV_KINDS, "triton"))
+
+
 @pytest.fixture
 def recorded(monkeypatch):
     """The variants launched by our jitted kernels from here on, with the tiles a GPU
@@ -91,9 +116,10 @@ def recorded(monkeypatch):
     monkeypatch.setenv("BLOCKTABLE_ORACLE", "triton")
     monkeypatch.setenv(KV_KERNELS_VARIABLE, "triton")
     monkeypatch.setenv(V2_KERNELS_VARIABLE, "triton")
-    seen, launching = set(), [True]
+    recording = Recording()
     for module, names in LAUNCHED.items():
         for name in names:
             label = f"{module.__name__.rsplit('.', 1)[1]}.{name}"
-            monkeypatch.setattr(module, name, Recorder(label, getattr(module, name), seen, launching))
-    return seen, launching
+            monkeypatch.setattr(module, name, Recorder(label, getattr(module, name), recording.seen,
+                                                       recording.launching))
+    return recording

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-from blocktable import plugin
 from blocktable.kv import FAST_DIVISION_SCALES
 from blocktable.properties.kv import draw as kv_draw
 from blocktable.properties.kv import warm
@@ -21,22 +20,11 @@ from blocktable.properties.run.stateless import kv_call_sizes
 SMALL = (1 << 12, 1 << 8)
 
 
-def ours():
-    return plugin.load_kv_kernels(dict.fromkeys(plugin.KV_KINDS, "triton"))
-
-
-def recorded_without_launching(recorded, calls, backend):
+def recorded_without_launching(recorded, calls, backend, kernels):
     """The variants `calls` launch, each only recorded (so the call itself fails its
     comparison, which is not what this looks at)."""
-    seen, launching = recorded
-    launching[0] = False
-    kernels = ours()
-    for call in calls:
-        run_kv_call(call, getattr(kernels, call["op"]), backend.device)
-    made = set(seen)
-    seen.clear()
-    launching[0] = True
-    return made
+    return recorded.only_recording(lambda: [run_kv_call(call, getattr(kernels, call["op"]), backend.device)
+                                            for call in calls])
 
 
 def test_one_call_per_head_count_and_head_size_the_draws_take():
@@ -51,12 +39,14 @@ def test_one_call_per_head_count_and_head_size_the_draws_take():
 
 
 @pytest.mark.parametrize("op", ["write", "copy", "gather"])
-def test_seeded_draws_and_their_shrinks_ask_for_no_variant_the_warm_calls_do_not_make(backend, recorded, op):
-    warmed = recorded_without_launching(recorded, [c for w in warm.calls() for c in w.calls()], backend)
+def test_seeded_draws_and_their_shrinks_ask_for_no_variant_the_warm_calls_do_not_make(backend, recorded, op,
+                                                                                       our_kv_kernels):
+    warmed = recorded_without_launching(recorded, [c for w in warm.calls() for c in w.calls()], backend,
+                                        our_kv_kernels)
     rng = np.random.default_rng(11)
     drawn = [kv_draw.draw(op, rng, *SMALL) for _ in range(1000)]
     shrunk = [part for call in drawn[:100] for part in kv_draw.candidates(call, None)[:-1]]
-    launched = recorded_without_launching(recorded, drawn + shrunk, backend)
+    launched = recorded_without_launching(recorded, drawn + shrunk, backend, our_kv_kernels)
     made = {v for v in warmed if op in v[0]}
     assert len(launched) >= len(made) * 3 // 4  # the draws met most of the warm's variants of this kernel
     missing = launched - warmed
@@ -81,7 +71,7 @@ def test_every_scale_drawn_takes_the_fast_division_and_every_cache_slot_fits_in_
 
 @pytest.mark.interpreter
 @pytest.mark.parametrize("index", range(kv_draw.MAX_HEADS * len(kv_draw.HEAD_SIZES)))
-def test_the_warm_calls_pass_on_our_kernels(backend, index):
+def test_the_warm_calls_pass_on_our_kernels(backend, index, our_kv_kernels):
     call = warm.calls()[index]
-    made = list(call.launches(ours(), backend))  # each raises if our kernels get its tiny call wrong
+    made = list(call.launches(our_kv_kernels, backend))  # each raises if our kernels get its tiny call wrong
     assert len(made) == len(list(call.calls())) > 0

@@ -23,10 +23,6 @@ from blocktable.properties.slot.call import run_slot_call
 from blocktable.properties.slot.examples import SPEC_EXAMPLES
 
 
-def ours():
-    return plugin.load_kv_kernels(dict.fromkeys(plugin.KV_KINDS, "triton"))
-
-
 def test_the_kv_calls_cover_every_kind_of_world():
     calls = warm_kv.calls()
     kinds = {(c.kv.num_heads, c.kv.head_size, c.kv.dtype, c.kv.kv_cache_dtype) for c in calls}
@@ -54,17 +50,12 @@ def test_the_calls_run_first_those_a_run_needs_from_its_first_step():
     assert len({c.describe() for c in calls}) == len(calls)  # a foreground warm names each
 
 
-def warmed_variants(backend, recorded):
-    seen, launching = recorded
-    launching[0] = False
-    kernels = ours()
-    for call in warm_calls():
-        for _ in call.launches(kernels, backend):
-            pass
-    warmed = set(seen)
-    seen.clear()
-    launching[0] = True
-    return warmed
+def warmed_variants(backend, recorded, kernels):
+    def warm():
+        for call in warm_calls():
+            for _ in call.launches(kernels, backend):
+                pass
+    return recorded.only_recording(warm)
 
 
 def run_examples(backend):
@@ -87,12 +78,12 @@ def run(backend, worlds, examples, seed_):
 @pytest.mark.fuzz
 @pytest.mark.loops  # the oracle's copy and the V2 kernels, in Triton under the interpreter too
 def test_a_seeded_run_of_kv_worlds_asks_for_no_variant_the_warm_calls_do_not_make(backend, monkeypatch,
-                                                                                   recorded):
-    warmed = warmed_variants(backend, recorded)
+                                                                                   recorded, our_kv_kernels):
+    warmed = warmed_variants(backend, recorded, our_kv_kernels)
     assert sum(name.startswith("kv.") for name, *_ in warmed) == 180  # 75 writes, 15 copies, 90 gathers
     monkeypatch.setenv(strategies.KV_WORLDS_VARIABLE, "1")
     run(backend, strategies.worlds().filter(lambda world: world.kv is not None), 24, 7)
-    launched = {v for v in recorded[0] if v[0].startswith("kv.")}
+    launched = {v for v in recorded.seen if v[0].startswith("kv.")}
     assert len(launched) >= 10  # the run launched the KV kernels in several kinds of world
     missing = launched - warmed
     assert not missing, f"{len(missing)} of {len(launched)} variants not warmed, first: {sorted(missing)[0]}"
@@ -100,11 +91,11 @@ def test_a_seeded_run_of_kv_worlds_asks_for_no_variant_the_warm_calls_do_not_mak
 
 @pytest.mark.fuzz
 @pytest.mark.loops  # the oracle's copy and the V2 kernels, in Triton under the interpreter too
-def test_a_seeded_run_of_the_default_mix_asks_for_no_variant_the_warm_calls_do_not_make(backend, recorded):
-    warmed = warmed_variants(backend, recorded)
+def test_a_seeded_run_of_the_default_mix_asks_for_no_variant_the_warm_calls_do_not_make(backend, recorded, our_kv_kernels):
+    warmed = warmed_variants(backend, recorded, our_kv_kernels)
     run_examples(backend)
     run(backend, strategies.worlds(), 60, 1)
-    launched = set(recorded[0])
+    launched = set(recorded.seen)
     families = {name.split(".")[0] for name, *_ in launched}
     assert families == {"slot_mapping", "oracle", "v2", "kv"}, families  # every family was launched
     missing = launched - warmed
