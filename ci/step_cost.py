@@ -32,25 +32,26 @@ from blocktable.properties.run.fuzz import fuzz_child
 from blocktable.properties.run.messages import Job, Message, Result, Stats
 
 
-def run(job: Job) -> tuple[Stats, float]:
-    """One fuzzing child in this process: its statistics and its wall time. Stops
-    with an error unless it passed (a failing run's time is no step's cost)."""
+def run(job: Job) -> tuple[Stats, float, float]:
+    """One fuzzing child in this process: its statistics, its wall time and this
+    process's CPU time meanwhile. Stops with an error unless it passed (a failing
+    run's time is no step's cost)."""
     results: list[Result] = []
 
     def keep(message: Message) -> None:
         if isinstance(message, Result):
             results.append(message)
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fuzz_child(job, keep)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     result = results[-1]
     if result.status != "pass" or result.stats is None:
         sys.exit(f"the run did not pass ({result.status}): time a passing run")
-    return result.stats, elapsed
+    return result.stats, elapsed, cpu
 
 
-def one_pass(examples: int, seed: int, device: str, folder: str) -> tuple[Stats, float]:
+def one_pass(examples: int, seed: int, device: str, folder: str) -> tuple[Stats, float, float]:
     return run(Job("triton", device=device, seed=seed, examples=examples, out=folder,
                    journal=os.path.join(folder, "journal.jsonl")))
 
@@ -86,12 +87,15 @@ def part(filename: str, function: str, folders: list[tuple[str, str]]) -> str:
     return "other (Python, built-ins)"
 
 
-def profile(examples: int, seed: int, device: str, folder: str, top: int) -> str:
-    """A third pass under cProfile: own time by part, then the `top` functions."""
+def profile(examples: int, seed: int, device: str, folder: str, top: int, save: str | None) -> str:
+    """A third pass under cProfile: own time by part, then the `top` functions; the
+    whole profile written to `save` too (pstats' format), when given."""
     profiler = cProfile.Profile()
     profiler.enable()
-    stats, elapsed = one_pass(examples, seed, device, folder)
+    stats, elapsed, _ = one_pass(examples, seed, device, folder)
     profiler.disable()
+    if save:
+        profiler.dump_stats(save)
     table = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     folders = parts_by_folder()
     parts: collections.Counter[str] = collections.Counter()
@@ -113,17 +117,23 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--profile", type=int, metavar="N", default=0,
                         help="a third pass under cProfile: own time by part and the N costliest functions")
+    parser.add_argument("--save", metavar="FILE", help="with --profile: the whole profile, in pstats' format, "
+                                                       "for `python -m pstats FILE`")
     args = parser.parse_args()
     setting = {name: os.environ[name] for name in sorted(os.environ) if name.startswith("BLOCKTABLE_")}
     with tempfile.TemporaryDirectory() as folder:
-        warm, warm_s = one_pass(args.examples, args.seed, args.device, folder)
-        timed, timed_s = one_pass(args.examples, args.seed, args.device, folder)
-        profiled = profile(args.examples, args.seed, args.device, folder, args.profile) if args.profile else ""
+        warm, warm_s, _ = one_pass(args.examples, args.seed, args.device, folder)
+        timed, timed_s, timed_cpu = one_pass(args.examples, args.seed, args.device, folder)
+        profiled = ""
+        if args.profile:
+            profiled = profile(args.examples, args.seed, args.device, folder, args.profile, args.save)
     if timed.steps != warm.steps:
         sys.exit(f"the passes ran different programs ({warm.steps} and {timed.steps} steps): not comparable")
     print(f"{setting or 'defaults'}: {timed.steps} checked steps a pass; compiling pass {warm_s:.1f} s, "
           f"timed pass {timed_s:.1f} s = {timed.steps / timed_s:.1f} checked steps/s "
-          f"({1000 * timed_s / timed.steps:.2f} ms a step)")
+          f"({1000 * timed_s / timed.steps:.2f} ms a step); this process's CPU time {timed_cpu:.1f} s, "
+          f"{100 * timed_cpu / timed_s:.0f}% of the wall time (a wait that spins counts as CPU time; "
+          f"BLOCKTABLE_BLOCKING_SYNC=1 makes the waits sleep)")
     if profiled:
         print(profiled, end="")
 

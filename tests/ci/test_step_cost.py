@@ -4,6 +4,7 @@ is not a step's cost), and it stops with an error where they did not."""
 
 from __future__ import annotations
 
+import pstats
 import re
 
 import pytest
@@ -13,16 +14,20 @@ import pytest
 def test_the_timed_pass_runs_the_programs_of_the_compiling_pass(timing_script):
     output = timing_script("step_cost.py")
     said = re.fullmatch(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}: (\d+) checked steps a pass; compiling pass [\d.]+ s, "
-                        r"timed pass [\d.]+ s = [\d.]+ checked steps/s \([\d.]+ ms a step\)\n", output)
+                        r"timed pass [\d.]+ s = [\d.]+ checked steps/s \([\d.]+ ms a step\); this process's "
+                        r"CPU time [\d.]+ s, \d+% of the wall time \(.*\)\n", output)
     assert said and int(said.group(1)) > 0, output
 
 
 @pytest.mark.fuzz
-def test_a_profiled_pass_says_where_its_time_went(timing_script):
-    output = timing_script("step_cost.py", "--profile", "5")
+def test_a_profiled_pass_says_where_its_time_went(timing_script, tmp_path):
+    saved = tmp_path / "step.prof"
+    output = timing_script("step_cost.py", "--profile", "5", "--save", str(saved))
     head, _, rest = output.partition("\n")
     assert re.fullmatch(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}: \d+ checked steps a pass; .*", head), output
     assert re.match(r"profiled pass: \d+ checked steps in [\d.]+ s under cProfile; own time by part:\n", rest), output
     parts = re.findall(r"^ +[\d.]+ s +[\d.]+%  (.+)$", rest, flags=re.MULTILINE)
     assert "our lockstep code (properties)" in parts and "Hypothesis" in parts, parts
     assert "Ordered by: internal time" in rest and "List reduced" in rest  # the 5 costliest functions
+    whole = pstats.Stats(str(saved))  # the whole profile, for a later look at its callers
+    assert any(function == "fuzz_child" for _, _, function in whole.stats)  # type: ignore[attr-defined]
