@@ -41,7 +41,6 @@ from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells, vi
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.world import KVConfig
-from blocktable.reference import slot_mappings_all_ranks as reference_slot_mappings
 from blocktable.reference.kv import bits
 
 GUARD = 64  # cells before and after each group's cache memory
@@ -180,9 +179,11 @@ class KVWorld:
             self.errors.append(Discrepancy(what, changed, group=g))
 
     def launch(self, calls: list[Any], pairs: list[list[tuple[int, int]]], qsl: np.ndarray,
-               positions: np.ndarray, values: np.ndarray, written: dict[int, int]) -> list[torch.Tensor]:
+               positions: np.ndarray, values: np.ndarray, written: dict[int, int],
+               expected_slots: list[np.ndarray]) -> list[torch.Tensor]:
         """Every group's copy, write and gather, launched; the reference's done on the
-        host meanwhile. Returns what to bring back with the step."""
+        host meanwhile, through the reference's slot mappings (`expected_slots`: each
+        group's [W, Tmax]). Returns what to bring back with the step."""
         run, kv = self.state, self.kv
         T = len(positions)
         self.values = values
@@ -227,11 +228,7 @@ class KVWorld:
             vals = dev_v if W == 1 else torch.cat([dev_v[:T]] * W + [dev_v[T:]])
             with data_checks(first):
                 self._call("kv-write", g, self.kernels.write, keys, vals, impl.key, impl.value, slots, **self.options())
-            expected = reference_slot_mappings(qsl, positions, run.reference.tables[g].device,
-                                               run.world.max_num_batched_tokens,
-                                               kernel_block_size=lay.kernel_block_size,
-                                               kv_block_size=lay.kv_block_size, cp_world_size=W,
-                                               cp_interleave=lay.interleave)[:, :T]
+            expected = expected_slots[g][:, :T]
             ref_slots = np.where(expected >= 0, expected + np.arange(W)[:, None] * rank_slots, -1).reshape(-1)
             self.step_slots.append(ref_slots)
             if T and kv.kv_cache_dtype == "fp8_e4m3":

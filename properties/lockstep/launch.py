@@ -72,14 +72,15 @@ def launch_and_check(state: State, qsl: np.ndarray, positions: np.ndarray, value
     try:
         sent = upload(torch.from_numpy(values), state.backend)  # one upload for every group
         calls, pairs = launch_groups(state, qsl, positions, sent, N)
-        kv = state.kv.launch(calls, pairs, qsl, positions, values, written) if state.kv is not None else []
+        expected = expected_slots(state, qsl, positions)  # on the host while the device works
+        kv = state.kv.launch(calls, pairs, qsl, positions, values, written, expected) if state.kv is not None else []
         v2 = state.v2.launch(qsl, positions, values, N, N_pad, pairs, written) if state.v2 is not None else []
         reads = launch_reads(state, written)
         back = ReadBack.fetch(tables=[table.device_tensor for table in state.impl.tables.tables],
                               handed=[call.readback()[0] for call in calls],
                               padded=[rows for _, _, rows in padded], reads=reads.tensors, kv=kv, v2=v2)
         for g, call in enumerate(calls):
-            check_group(state, g, call, [back.handed[g], back.tables[g]], qsl, positions, N)
+            check_group(state, g, call, [back.handed[g], back.tables[g]], qsl, positions, N, expected[g])
     except Discrepancy:
         check_padded(padded, back.padded if back is not None else None)
         raise
@@ -113,9 +114,10 @@ def launch_groups(state: State, qsl: np.ndarray, positions: np.ndarray, values: 
 
 
 def check_group(state: State, g: int, call: StagedCall | ClassSlotCall, back: list[np.ndarray], qsl: np.ndarray,
-                positions: np.ndarray, N: int) -> None:
+                positions: np.ndarray, N: int, expected: np.ndarray) -> None:
     """Group g's guards and inputs as they were (else: whose call broke them, each
-    rank alone), and its slot mappings against the reference."""
+    rank alone), and its slot mappings against the reference's (`expected`, every
+    rank's: expected_slots)."""
     try:
         actual = call.check(back)
     except Discrepancy:
@@ -123,7 +125,7 @@ def check_group(state: State, g: int, call: StagedCall | ClassSlotCall, back: li
         for R in range(state.layouts[g].world if alone else 0):
             slot_calls(state, g, qsl, positions, N, [R]).check()
         raise
-    compare_slots(state, g, qsl, positions, N, actual, back[1])
+    compare_slots(state, g, qsl, positions, N, actual, back[1], expected)
 
 
 def slot_config(state: State, g: int) -> dict[str, int]:
@@ -132,14 +134,22 @@ def slot_config(state: State, g: int) -> dict[str, int]:
                 cp_interleave=lay.interleave)
 
 
+def expected_slots(state: State, qsl: np.ndarray, positions: np.ndarray) -> list[np.ndarray]:
+    """Every group's slot mappings on every rank ([W, Tmax] each), by the reference,
+    through the reference's committed table: what the step's calls must return, and
+    where its KV writes land."""
+    return [reference_slot_mappings(qsl, positions, state.reference.tables[g].device,
+                                    state.world.max_num_batched_tokens, **slot_config(state, g))
+            for g in range(len(state.layouts))]
+
+
 def compare_slots(state: State, g: int, qsl: np.ndarray, positions: np.ndarray, N: int,
-                  actual: np.ndarray, impl_rows: np.ndarray) -> None:
-    """Group g's slot mapping of every rank against the reference (whole [Tmax]
-    outputs). `impl_rows`: the implementation's device table, for the report."""
+                  actual: np.ndarray, impl_rows: np.ndarray, every_rank: np.ndarray) -> None:
+    """Group g's slot mapping of every rank (whole [Tmax] outputs) against the
+    reference's (`every_rank`). `impl_rows`: the implementation's device table, for
+    the report."""
     kw = slot_config(state, g)
     W = kw["cp_world_size"]
-    every_rank = reference_slot_mappings(qsl, positions, state.reference.tables[g].device,
-                                         state.world.max_num_batched_tokens, **kw)
     for R in range(W):
         expected = every_rank[R]
         check_slot_mapping("slot mapping", expected, actual[R], group=g, rank=R, config=dict(cp_rank=R, **kw),
