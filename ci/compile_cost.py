@@ -96,7 +96,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         limit = dict(examples=args.examples) if args.examples else dict(
             minutes=args.seconds / 60, deadline=time.monotonic() + args.seconds)
-        stats, elapsed = run(Job("triton", device=args.device, seed=args.seed, out=folder,
+        stats, elapsed, _ = run(Job("triton", device=args.device, seed=args.seed, out=folder,
                                  journal=os.path.join(folder, "journal.jsonl"), **limit))
     parts = [f"{label} {calls[label]} in {seconds[label]:.1f} s" for _, _, _, label in HOOKS if label not in untimed]
     parts += [f"{label} not timed" for label in untimed]
