@@ -91,7 +91,8 @@ def test_a_seeded_run_of_kv_worlds_asks_for_no_variant_the_warm_calls_do_not_mak
 
 @pytest.mark.fuzz
 @pytest.mark.loops  # the oracle's copy and the V2 kernels, in Triton under the interpreter too
-def test_a_seeded_run_of_the_default_mix_asks_for_no_variant_the_warm_calls_do_not_make(backend, recorded, our_kv_kernels):
+def test_a_seeded_run_of_the_default_mix_asks_for_no_variant_the_warm_calls_do_not_make(backend, recorded,
+                                                                                         our_kv_kernels):
     warmed = warmed_variants(backend, recorded, our_kv_kernels)
     run_examples(backend)
     run(backend, strategies.worlds(), 60, 1)
