@@ -13,6 +13,12 @@ its time went: own time by part (our lockstep code, the implementation, the
 reference, Hypothesis, torch, Triton, numpy) and the N functions with the most own
 time. cProfile slows pure Python more than native calls, so the shares are rough.
 
+`--device cpu --kernel reference` times the harness's own host work without a GPU:
+the reference's slot mapping stands in for the interpreted kernel, and the KV, V2 and
+oracle kernels are the torch-native ones the interpreter runs by default. On a GPU a
+step's time is mostly this host work (the kernels are launched, not waited on), so
+the figure moves with it, though torch's CPU operations cost more than launches.
+
 Needs the package installed (`pip install -e .`).
 """
 
@@ -51,8 +57,8 @@ def run(job: Job) -> tuple[Stats, float, float]:
     return result.stats, elapsed, cpu
 
 
-def one_pass(examples: int, seed: int, device: str, folder: str) -> tuple[Stats, float, float]:
-    return run(Job("triton", device=device, seed=seed, examples=examples, out=folder,
+def one_pass(examples: int, seed: int, device: str, folder: str, kernel: str = "triton") -> tuple[Stats, float, float]:
+    return run(Job(kernel, device=device, seed=seed, examples=examples, out=folder,
                    journal=os.path.join(folder, "journal.jsonl")))
 
 
@@ -87,12 +93,13 @@ def part(filename: str, function: str, folders: list[tuple[str, str]]) -> str:
     return "other (Python, built-ins)"
 
 
-def profile(examples: int, seed: int, device: str, folder: str, top: int, save: str | None) -> str:
+def profile(examples: int, seed: int, device: str, folder: str, top: int, save: str | None,
+            kernel: str = "triton") -> str:
     """A third pass under cProfile: own time by part, then the `top` functions; the
     whole profile written to `save` too (pstats' format), when given."""
     profiler = cProfile.Profile()
     profiler.enable()
-    stats, elapsed, _ = one_pass(examples, seed, device, folder)
+    stats, elapsed, _ = one_pass(examples, seed, device, folder, kernel)
     profiler.disable()
     if save:
         profiler.dump_stats(save)
@@ -115,6 +122,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=120, help="programs per pass (default 120)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--kernel", default="triton",
+                        help="the slot-mapping kernel: ours (triton, the default) or reference (the numpy one)")
     parser.add_argument("--profile", type=int, metavar="N", default=0,
                         help="a third pass under cProfile: own time by part and the N costliest functions")
     parser.add_argument("--save", metavar="FILE", help="with --profile: the whole profile, in pstats' format, "
@@ -122,14 +131,15 @@ def main() -> None:
     args = parser.parse_args()
     setting = {name: os.environ[name] for name in sorted(os.environ) if name.startswith("BLOCKTABLE_")}
     with tempfile.TemporaryDirectory() as folder:
-        warm, warm_s, _ = one_pass(args.examples, args.seed, args.device, folder)
-        timed, timed_s, timed_cpu = one_pass(args.examples, args.seed, args.device, folder)
+        warm, warm_s, _ = one_pass(args.examples, args.seed, args.device, folder, args.kernel)
+        timed, timed_s, timed_cpu = one_pass(args.examples, args.seed, args.device, folder, args.kernel)
         profiled = ""
         if args.profile:
-            profiled = profile(args.examples, args.seed, args.device, folder, args.profile, args.save)
+            profiled = profile(args.examples, args.seed, args.device, folder, args.profile, args.save, args.kernel)
     if timed.steps != warm.steps:
         sys.exit(f"the passes ran different programs ({warm.steps} and {timed.steps} steps): not comparable")
-    print(f"{setting or 'defaults'}: {timed.steps} checked steps a pass; compiling pass {warm_s:.1f} s, "
+    kernel = "" if args.kernel == "triton" else f", slot kernel {args.kernel}"
+    print(f"{setting or 'defaults'}{kernel}: {timed.steps} checked steps a pass; compiling pass {warm_s:.1f} s, "
           f"timed pass {timed_s:.1f} s = {timed.steps / timed_s:.1f} checked steps/s "
           f"({1000 * timed_s / timed.steps:.2f} ms a step); this process's CPU time {timed_cpu:.1f} s, "
           f"{100 * timed_cpu / timed_s:.0f}% of the wall time (a wait that spins counts as CPU time; "

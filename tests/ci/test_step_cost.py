@@ -31,3 +31,13 @@ def test_a_profiled_pass_says_where_its_time_went(timing_script, tmp_path):
     assert "Ordered by: internal time" in rest and "List reduced" in rest  # the 5 costliest functions
     whole = pstats.Stats(str(saved))  # the whole profile, for a later look at its callers
     assert any(function == "fuzz_child" for _, _, function in whole.stats)  # type: ignore[attr-defined]
+
+
+@pytest.mark.fuzz
+def test_the_reference_slot_kernel_times_the_harness_alone(timing_script):
+    """`--kernel reference`: the numpy slot mapping in place of the interpreted kernel
+    (the harness's own host work, without a GPU), said in the line."""
+    output = timing_script("step_cost.py", "--kernel", "reference")
+    said = re.fullmatch(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}, slot kernel reference: (\d+) checked steps a pass; .*\n",
+                        output)
+    assert said and int(said.group(1)) > 0, output

@@ -1,0 +1,36 @@
+"""`ci/step_ops.py`: a checked step's torch operations, Triton launches and (on a GPU)
+waits, counted by our call site. What it promises: the counted pass ran the
+programs of the first, the counts are per checked step, each named by a line of our
+code that exists, and what torch-native kernels do inside is counted apart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.fuzz
+def test_a_step_is_counted_by_our_call_sites(timing_script):
+    output = timing_script("step_ops.py", "--top", "8")
+    head = re.match(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}, slot kernel triton, cpu: (\d+) checked steps counted; "
+                    r"per checked step ([\d.]+) torch operations dispatched by our code \(([\d.]+) more inside "
+                    r"torch-native kernels, .*\), ([\d.]+) Triton launches, waits for the device not counted", output)
+    assert head, output
+    steps, ours, inside, launches = int(head.group(1)), *(float(head.group(i)) for i in (2, 3, 4))
+    assert steps > 0 and ours > 0 and inside > 0 and launches > 0, output
+    ops = output.split("torch operations per checked step, by call site:\n")[1].split("Triton launches")[0]
+    rows = re.findall(r"^ +([\d.]+)  ([\w/]+\.py):(\d+) (\w+)  \[(.+)\]$", ops, flags=re.MULTILINE)
+    assert 0 < len(rows) <= 8, ops
+    for _, path, line, _, _ in rows:  # each a real line of one of our four packages
+        assert path.split("/")[0] in ("blocktable", "kernels", "properties", "reference"), path
+        assert int(line) <= len((ROOT / path).read_text().splitlines()), (path, line)
+        assert not path.endswith(("kv_torch.py", "v2_torch.py")), path  # counted apart, as kernels
+    assert [float(n) for n, *_ in rows] == sorted((float(n) for n, *_ in rows), reverse=True)
+    # The slot-mapping kernel is launched from our wrapper, blocktable/slot.py.
+    launched = output.split("Triton launches per checked step, by call site:\n")[1]
+    assert re.search(r"^ +[\d.]+  blocktable/slot\.py:\d+ \w+  \[slot_mapping\w* [\d.]+", launched,
+                     flags=re.MULTILINE), launched
