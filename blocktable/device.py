@@ -185,10 +185,10 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """A non-empty tensor's elements as flat bytes (a tensor made from a numpy array
     may carry stride 0 on a dimension of one element, which a byte view refuses)."""
-    flat = t.reshape(-1)
+    flat = t if t.dim() == 1 else t.reshape(-1)  # each view is a dispatch: a step fetches a dozen tensors
     if flat.stride(0) != 1:
         flat = flat.clone(memory_format=torch.contiguous_format)
-    return flat.view(torch.uint8)
+    return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
 
 
 def to_host(tensors: Sequence[torch.Tensor]) -> list[np.ndarray]:

@@ -110,9 +110,13 @@ class Layout(NamedTuple):
     address: int  # the storage's first byte (resizing a storage moves it)
 
 
+_make = tuple.__new__  # a named tuple's own __new__ is Python: this skips it (a third of layout's time)
+
+
 def layout(tensor: torch.Tensor) -> Layout:
-    return Layout(tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor.device, int(tensor.storage_offset()),
-                  tensor.untyped_storage().data_ptr())
+    # The shape stays a torch.Size: a tuple, compared as one, and made anew on each read.
+    return _make(Layout, (tensor.shape, tensor.stride(), tensor.dtype, tensor.device, tensor.storage_offset(),
+                          tensor.untyped_storage().data_ptr()))
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -123,7 +127,7 @@ def change(before: Layout, after: Layout) -> str | None:
     """What changed from `before` to `after`, in the words a report uses ("the shape
     ... from (7,) to (2,)"), the most visible change first; None if nothing did."""
     if before.shape != after.shape:
-        return f"the shape of {{}} from {before.shape} to {after.shape}"
+        return f"the shape of {{}} from {tuple(before.shape)} to {tuple(after.shape)}"
     if before.dtype != after.dtype:
         return f"the dtype of {{}} from {_dtype(before.dtype)} to {_dtype(after.dtype)}"
     if before.stride != after.stride:

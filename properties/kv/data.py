@@ -10,6 +10,7 @@ machine and numpy version.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import numpy as np
@@ -79,6 +80,13 @@ def to_device(host: np.ndarray, dtype: str, backend: Backend) -> torch.Tensor:
     if dtype == "bfloat16":
         return upload(torch.from_numpy(host.view(np.int16)), backend).view(torch.bfloat16)
     return upload(torch.from_numpy(np.ascontiguousarray(host)), backend)
+
+
+def filled(shape: tuple[int, ...], dtype: str, byte: int, backend: Backend) -> torch.Tensor:
+    """A device tensor of `shape` and `dtype` whose every byte is `byte`, made on the
+    device: the bytes of an upload of the same fill, without the upload."""
+    size = math.prod(shape) * TORCH[dtype].itemsize
+    return torch.full((size,), byte, dtype=torch.uint8, device=backend.device).view(TORCH[dtype]).reshape(shape)
 
 
 def fetchable(t: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ from blocktable.plugin import KV_CONTRACTS, KVKernels
 from blocktable.properties.compare import Discrepancy, Handed, raised
 from blocktable.properties.kv import truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
 from blocktable.properties.kv.compare import NAN_NOTE, differing
-from blocktable.properties.kv.data import HOST, fetchable, to_device, token_data
+from blocktable.properties.kv.data import HOST, fetchable, filled, to_device, token_data
 from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells, view_cells
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
@@ -45,6 +45,7 @@ from blocktable.reference.kv import bits
 
 GUARD = 64  # cells before and after each group's cache memory
 PAD_ROWS = 3  # rows past the last gathered one, which a gather must leave alone
+KEY_PAD_ROWS = 3  # a step's key rows past its slot mapping: 1 to this many
 
 
 # ---- one group's caches, on both sides -------------------------------------------------------
@@ -135,9 +136,22 @@ class KVWorld:
         self.elements: list[np.ndarray | None] = []
         self.mirrors: list[Mirror] = []  # each group's expected cache memory, on the device (kv/mirror.py)
         self.blocks_per_rank: list[int] = []
+        # Each group's first slot of every rank ([W, 1]), the slots its key padding rows
+        # name (the cache's last ones), and -1: made once, as every torch operation of
+        # a step is a launch on a GPU.
+        self.rank_starts: list[torch.Tensor] = []
+        self.tails: list[torch.Tensor] = []
+        self.table_shifts: list[tuple[np.ndarray, torch.Tensor]] = []  # what each rank's table ids gain, [W * rows, 1]
+        self.minus_one = torch.full((), -1, dtype=torch.int64, device=run.backend.device)
         for lay in run.layouts:
             per_rank = run.world.num_blocks * lay.kernel_blocks_per_block
             blocks, B = per_rank * lay.world, lay.kernel_block_size
+            rank_slots = per_rank * B
+            count = torch.arange(max(lay.world, KEY_PAD_ROWS), dtype=torch.int64, device=run.backend.device)
+            self.rank_starts.append(count[:lay.world, None] * rank_slots)
+            self.tails.append(lay.world * rank_slots - 1 - count[:KEY_PAD_ROWS])
+            shifts = np.repeat(np.arange(lay.world, dtype=np.int32) * per_rank, run.world.max_num_reqs)[:, None]
+            self.table_shifts.append((shifts, upload(torch.from_numpy(shifts), run.backend)))
             host = rng.integers(0, 256, flat_size(kv, blocks, B) * np.dtype(HOST[self.cache_dtype]).itemsize,
                                 dtype=np.uint8).view(HOST[self.cache_dtype])  # random bits: every cell is checked
             self.blocks_per_rank.append(per_rank)
@@ -187,7 +201,7 @@ class KVWorld:
         run, kv = self.state, self.kv
         T = len(positions)
         self.values = values
-        pad = 1 + int(T % 3)  # key rows past the slot mapping: never read
+        pad = 1 + int(T % KEY_PAD_ROWS)  # key rows past the slot mapping: never read
         host_k = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 0)
         host_v = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 1)
         dev_k, dev_v = to_device(host_k, kv.dtype, run.backend), to_device(host_v, kv.dtype, run.backend)
@@ -216,14 +230,13 @@ class KVWorld:
             # Rank R's slots follow rank R-1's; a slot outside the rank's cache (a wrong
             # slot mapping, reported by the slot comparison) is passed as -1.
             rank_slots = per_rank * lay.kernel_block_size
-            shift = torch.arange(W, device=run.backend.device, dtype=torch.int64)[:, None] * rank_slots
             out = calls[g].outputs[:, :T]
+            stacked = out if W == 1 else out + self.rank_starts[g]
             # The slots sit in a longer buffer whose tail names real slots (the cache's
             # last ones), one per key padding row: a kernel that takes its token count
             # from the key (vLLM #13418) writes the padding rows there.
-            tail = W * rank_slots - 1 - torch.arange(pad, device=run.backend.device, dtype=torch.int64)
-            slots = torch.cat([torch.where((out >= 0) & (out < rank_slots), out + shift, -1).reshape(-1),
-                               tail])[:W * T]
+            slots = torch.cat([torch.where((out >= 0) & (out < rank_slots), stacked, self.minus_one).reshape(-1),
+                               self.tails[g][:pad]])[:W * T]
             keys = dev_k if W == 1 else torch.cat([dev_k[:T]] * W + [dev_k[T:]])
             vals = dev_v if W == 1 else torch.cat([dev_v[:T]] * W + [dev_v[T:]])
             with data_checks(first):
@@ -263,7 +276,7 @@ class KVWorld:
     def _gather(self, g: int, written: dict[int, int]) -> list[torch.Tensor]:
         """The sequences this step computed, read back on every rank of group g."""
         run, kv, lay = self.state, self.kv, self.state.layouts[g]
-        W, rows, per_rank = lay.world, run.world.max_num_reqs, self.blocks_per_rank[g]
+        W, rows = lay.world, run.world.max_num_reqs
         lengths = np.zeros(W * rows, dtype=np.int64)
         held: dict[int, tuple[int, int, int]] = {}
         for rid, n in written.items():
@@ -281,15 +294,15 @@ class KVWorld:
         item = np.dtype(HOST[self.out_dtype]).itemsize
         fill = np.full(total * kv.num_heads * kv.head_size * item, 0x5A, dtype=np.uint8)
         host_out = fill.view(HOST[self.out_dtype]).reshape(total, kv.num_heads, kv.head_size)
-        shifts = np.repeat(np.arange(W, dtype=np.int32) * per_rank, rows)[:, None]
+        shifts, device_shifts = self.table_shifts[g]
         ref_table = np.tile(run.reference.tables[g].device, (W, 1)) + shifts
         out_k, out_v = host_out.copy(), host_out.copy()
         ref_kv.gather(self.ref[g].key, self.ref[g].value, ref_table, cu, out_k, out_v, **self.options())
         self.expected_out.append((out_k, out_v))
         self.gather_rows.append(int(cu[-1]) if kv.kv_cache_dtype == "fp8_e4m3" else 0)  # decoded: any NaN is NaN
         device = run.impl.tables[g].device_tensor
-        table = device if W == 1 else (device.repeat(W, 1) + upload(torch.from_numpy(shifts), run.backend))
-        dev_out = [to_device(host_out, self.out_dtype, run.backend) for _ in range(2)]
+        table = device if W == 1 else (device.repeat(W, 1) + device_shifts)
+        dev_out = [filled(host_out.shape, self.out_dtype, 0x5A, run.backend) for _ in range(2)]  # no upload
         if int(cu[-1]):
             run.event(events.KV_GATHER)
         with data_checks(run.steps_checked == 0):
