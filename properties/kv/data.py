@@ -10,7 +10,6 @@ machine and numpy version.
 
 from __future__ import annotations
 
-import math
 import zlib
 
 import numpy as np
@@ -84,9 +83,10 @@ def to_device(host: np.ndarray, dtype: str, backend: Backend) -> torch.Tensor:
 
 def filled(shape: tuple[int, ...], dtype: str, byte: int, backend: Backend) -> torch.Tensor:
     """A device tensor of `shape` and `dtype` whose every byte is `byte`, made on the
-    device: the bytes of an upload of the same fill, without the upload."""
-    size = math.prod(shape) * TORCH[dtype].itemsize
-    return torch.full((size,), byte, dtype=torch.uint8, device=backend.device).view(TORCH[dtype]).reshape(shape)
+    device (`shape` of one dimension or more): the bytes of an upload of the same fill,
+    without the upload."""
+    made = torch.full((*shape[:-1], shape[-1] * TORCH[dtype].itemsize), byte, dtype=torch.uint8, device=backend.device)
+    return made if dtype == "uint8" else made.view(TORCH[dtype])  # the last dimension's bytes as its elements
 
 
 def fetchable(t: torch.Tensor) -> torch.Tensor:
