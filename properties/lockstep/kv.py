@@ -118,6 +118,30 @@ def locate(pair: CachePair, index: int, kv: KVConfig, block_size: int,
     return "padding after a head's D (no cache element)", None, None
 
 
+def scratch_pairs(pool: Any, cow: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
+    """Step k's up to two more copies besides the copy-on-write pairs `cow`, onto free
+    blocks of the reference's `pool` (ref 0, not the null block, holding no cached
+    prefix): copy-on-write is rare in generated programs, and the copy kernel should
+    run on most steps. The reference copies them too; nothing reads a free block
+    before it is written again. Blocks are taken by id, from masks over the pool (a
+    block at a time, and asking the cache map for each, cost a step milliseconds)."""
+    ref = np.asarray(pool.ref)
+    free_mask = ref == 0
+    off = [b for pair in cow for b in pair] + [b for blocks in pool.cached.values() for b in blocks]
+    free_mask[np.array(off + ([0] if pool.null_block else []), dtype=np.int64)] = False
+    free = np.flatnonzero(free_mask).tolist()
+    if not free:
+        return []
+    # No block may be both a source and a destination in one call: a
+    # copy-on-write destination is not a source here.
+    used_mask = ref > 0
+    used_mask[np.array([d for _, d in cow], dtype=np.int64)] = False
+    used = np.flatnonzero(used_mask).tolist()
+    dsts = list(dict.fromkeys(free[(k * 7 + i) % len(free)] for i in range(min(2, len(free)))))
+    sources = used or [b for b in free if b not in dsts]
+    return [(sources[(k * 3 + i) % len(sources)], d) for i, d in enumerate(dsts)] if sources else []
+
+
 def repeat_for_ranks(rows: np.ndarray, T: int, W: int) -> np.ndarray:
     """The step's T token rows once per rank (the ranks' stacked caches), then the padding rows."""
     return np.concatenate([rows[:T]] * W + [rows[T:]])
@@ -215,8 +239,9 @@ class KVWorld:
             per_rank, P, W = self.blocks_per_rank[g], lay.kernel_blocks_per_block, lay.world
             ref, impl = self.ref[g], self.impl[g]
             changed: list[np.ndarray] = []  # the flat cells of the reference's memory this step writes
+            step_pairs = pairs[g] + scratch_pairs(run.reference.pool, pairs[g], run.steps_checked)
             kernel_pairs = [(R * per_rank + s * P + j, R * per_rank + d * P + j)
-                            for R in range(W) for s, d in pairs[g] + self._scratch_pairs(pairs[g]) for j in range(P)]
+                            for R in range(W) for s, d in step_pairs for j in range(P)]
             if kernel_pairs:
                 mapping = np.array(kernel_pairs, dtype=np.int64).reshape(-1, 2)
                 with data_checks(first):
@@ -253,25 +278,6 @@ class KVWorld:
             self.mirrors[g].send(np.concatenate(changed))
             back += [self.mirrors[g].count_differing(impl.flat, run.kernels.strict_nan), *self._gather(g, written)]
         return back
-
-    def _scratch_pairs(self, cow: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Up to two more pairs a step, onto free blocks (ref 0 and holding no cached
-        prefix): copy-on-write is rare in generated programs, and the copy kernel
-        should run on most steps. The reference copies them too; nothing reads a free
-        block before it is written again."""
-        pool, k = self.state.reference.pool, self.state.steps_checked
-        taken = {b for pair in cow for b in pair}
-        free = [b for b in np.flatnonzero(pool.ref == 0).tolist() if b not in taken
-                and not (pool.null_block and b == 0) and not (pool.prefix_caching and pool.is_cached(b))]
-        if not free:
-            return []
-        # No block may be both a source and a destination in one call: a
-        # copy-on-write destination is not a source here.
-        used = [b for b in np.flatnonzero(pool.ref > 0).tolist() if b not in {d for _, d in cow}]
-        dsts = [free[(k * 7 + i) % len(free)] for i in range(min(2, len(free)))]
-        dsts = list(dict.fromkeys(dsts))
-        sources = used or [b for b in free if b not in dsts]
-        return [(sources[(k * 3 + i) % len(sources)], d) for i, d in enumerate(dsts)] if sources else []
 
     def _gather(self, g: int, written: dict[int, int]) -> list[torch.Tensor]:
         """The sequences this step computed, read back on every rank of group g."""

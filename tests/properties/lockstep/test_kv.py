@@ -3,15 +3,18 @@ the torch-native ones and the example plug-ins, and a one-line bug in any of the
 three kernels is found, with the differing element decoded."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.kv.data import token_data
 from blocktable.properties.lockstep.driver import Lockstep
-from blocktable.properties.lockstep.kv import GUARD, cache_pair, flat_size, locate
+from blocktable.properties.lockstep.kv import GUARD, cache_pair, flat_size, locate, scratch_pairs
 from blocktable.properties.run.prepare import KV_KERNELS_VARIABLE, plugins_for
 from blocktable.properties.world import GroupConfig, KVConfig, WorldConfig
 
@@ -184,3 +187,38 @@ def test_a_kv_world_round_trips_through_json():
     assert WorldConfig.from_json(w.to_json()) == w
     with pytest.raises(ValueError, match="cannot offset its table ids"):
         WorldConfig(id_offset=5, kv=KVConfig())
+
+
+def scratch_pairs_block_by_block(ref: list[int], cached: list[list[int]], null_block: bool,
+                                 cow: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
+    """The scratch copies' rule, block by block: destinations are free blocks (ref 0,
+    not the null block, not in any copy-on-write pair, holding no cached prefix),
+    picked at k * 7 and k * 7 + 1 of them; sources are blocks in use that no pair
+    writes (else free blocks other than the destinations), picked at k * 3 + i."""
+    taken = {b for pair in cow for b in pair}
+    free = [b for b in range(len(ref)) if ref[b] == 0 and b not in taken and not (null_block and b == 0)
+            and not any(b in blocks for blocks in cached)]
+    if not free:
+        return []
+    written = {d for _, d in cow}
+    used = [b for b in range(len(ref)) if ref[b] > 0 and b not in written]
+    dsts: list[int] = []
+    for i in range(min(2, len(free))):
+        if free[(k * 7 + i) % len(free)] not in dsts:
+            dsts.append(free[(k * 7 + i) % len(free)])
+    sources = used or [b for b in free if b not in dsts]
+    return [(sources[(k * 3 + i) % len(sources)], d) for i, d in enumerate(dsts)] if sources else []
+
+
+@given(data=st.data())
+def test_the_scratch_copies_follow_their_rule_block_by_block(data):
+    n = data.draw(st.integers(1, 12))
+    ref = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    null_block = data.draw(st.booleans())
+    cached = data.draw(st.lists(st.lists(st.integers(0, n - 1), min_size=1, max_size=3), max_size=3))
+    cow = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2))
+    k = data.draw(st.integers(0, 50))
+    pool = SimpleNamespace(ref=np.array(ref, dtype=np.int32), null_block=null_block,
+                                 cached={("key", i): blocks for i, blocks in enumerate(cached)})
+    assert scratch_pairs(pool, cow, k) == scratch_pairs_block_by_block(ref, cached, null_block, cow, k)
+    assert pool.ref.tolist() == ref  # the pool is read, never written
