@@ -123,8 +123,8 @@ def scratch_pairs(pool: Any, cow: list[tuple[int, int]], k: int) -> list[tuple[i
     blocks of the reference's `pool` (ref 0, not the null block, holding no cached
     prefix): copy-on-write is rare in generated programs, and the copy kernel should
     run on most steps. The reference copies them too; nothing reads a free block
-    before it is written again. Blocks are taken by id, from masks over the pool (a
-    block at a time, and asking the cache map for each, cost a step milliseconds)."""
+    before it is written again. Blocks are taken by id, from masks over the pool: block
+    by block, asking the cache map for each, this was a KV step's costliest Python."""
     ref = np.asarray(pool.ref)
     free_mask = ref == 0
     off = [b for pair in cow for b in pair] + [b for blocks in pool.cached.values() for b in blocks]
