@@ -6,6 +6,8 @@ code that exists, and what torch-native kernels do inside is counted apart."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,37 @@ def test_a_step_is_counted_by_our_call_sites(timing_script):
     launched = output.split("Triton launches per checked step, by call site:\n")[1]
     assert re.search(r"^ +[\d.]+  blocktable/slot\.py:\d+ \w+  \[slot_mapping\w* [\d.]+", launched,
                      flags=re.MULTILINE), launched
+
+
+WAITS = '''
+import sys, warnings
+import torch
+sys.path.insert(0, sys.argv[1])
+import step_ops
+
+# No GPU here: the sync debug mode is switched by nothing, and an event's own wait
+# only records that it ran.
+torch.cuda.set_sync_debug_mode = lambda mode: None
+ran = []
+torch.cuda.Event.synchronize = event = lambda self: ran.append("event")
+shown = []
+warnings.showwarning = show = lambda message, *rest, **kwargs: shown.append(str(message))
+sites, waits = step_ops.Sites(), step_ops.Counts()
+with step_ops.counting_waits(sites, waits):
+    warnings.warn("called a synchronizing CUDA operation")
+    warnings.warn("a warning of something else")
+    torch.cuda.Event.synchronize(object())
+print(sorted(waits.by.items()), shown, ran, torch.cuda.Event.synchronize is event, warnings.showwarning is show)
+'''
+
+
+def test_waits_are_counted_and_other_warnings_still_shown():
+    """On a GPU the waits come from torch's sync debug mode (a warning each) and from
+    explicit event waits; here both are stood in for, to check what is counted, that
+    another warning still reaches the screen and that everything is put back."""
+    done = subprocess.run([sys.executable, "-c", WAITS, str(ROOT / "ci")], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("[(('outside our code', 'Event.synchronize'), 1), "
+                                   "(('outside our code', 'implicit (sync debug mode)'), 1)] "
+                                   "['a warning of something else'] ['event'] True True")
