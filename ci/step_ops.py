@@ -46,6 +46,8 @@ from step_cost import parts_by_folder, run  # noqa: E402  (a script beside this 
 KERNEL_CODE = (("blocktable/kv_torch.py", ""), ("blocktable/v2_torch.py", ""), ("blocktable/oracle.py", "TorchEngine."),
                ("properties/slot/truth.py", "reference_slot_mapping"), ("reference/", ""))
 INSIDE_KERNELS = "inside torch-native kernels, the reference's slot mapping or Triton's interpreter"
+OUTSIDE = "outside our code"
+SYNC_WARNING = "called a synchronizing CUDA operation"  # what torch's sync debug mode says
 
 
 class Sites:
@@ -68,17 +70,25 @@ class Sites:
         site = None
         while frame is not None:
             code = frame.f_code
-            if "/triton/" in code.co_filename:
-                if not launch and site is None:
+            name = self.ours(code.co_filename)
+            if name is not None:
+                if kernel_code(name, qualified_name(frame)):
                     return INSIDE_KERNELS
-            else:
-                name = self.ours(code.co_filename)
-                if name is not None:
-                    if kernel_code(name, code.co_qualname):
-                        return INSIDE_KERNELS
-                    site = site or f"{name}:{frame.f_lineno} {code.co_name}"
+                site = site or f"{name}:{frame.f_lineno} {code.co_name}"
+            elif "/triton/" in code.co_filename and not launch and site is None:
+                return INSIDE_KERNELS
             frame = frame.f_back
-        return site or "outside our code"
+        return site or OUTSIDE
+
+
+def qualified_name(frame: FrameType) -> str:
+    """The function's qualified name ("TorchEngine.gather"); before Python 3.11, which
+    keeps it on the code object, from the class of its `self`."""
+    code = frame.f_code
+    if hasattr(code, "co_qualname"):
+        return str(code.co_qualname)
+    owner = frame.f_locals.get("self")
+    return f"{type(owner).__name__}.{code.co_name}" if owner is not None else code.co_name
 
 
 def kernel_code(name: str, qualified_name: str) -> bool:
@@ -156,12 +166,14 @@ def counting_launches(sites: Sites, counts: Counts) -> Iterator[None]:
 def counting_waits(sites: Sites, counts: Counts) -> Iterator[None]:
     """On a GPU, every call that waits for the device: those torch's sync debug mode
     warns of (a copy to the host, `.item()`, a data-dependent shape), and explicit
-    event and device synchronizations."""
+    event and device synchronizations (each call counted, also when the event is long
+    done: a count of calls that may wait, not of time waited)."""
     shown = warnings.showwarning
     event_sync, device_sync = torch.cuda.Event.synchronize, torch.cuda.synchronize
+    mode = torch.cuda.get_sync_debug_mode()
 
     def show(message: Any, category: Any, *rest: Any, **kwargs: Any) -> None:
-        if "synchroniz" in str(message):
+        if SYNC_WARNING in str(message):
             counts.add(sites.of(sys._getframe(1)), "implicit (sync debug mode)")
         else:
             shown(message, category, *rest, **kwargs)
@@ -175,7 +187,7 @@ def counting_waits(sites: Sites, counts: Counts) -> Iterator[None]:
         device_sync(*args, **kwargs)
 
     with warnings.catch_warnings():
-        warnings.simplefilter("always")
+        warnings.filterwarnings("always", message=f".*{SYNC_WARNING}")  # each one, not once a line
         warnings.showwarning = show
         torch.cuda.Event.synchronize = on_event  # type: ignore[method-assign]
         torch.cuda.synchronize = on_device
@@ -183,7 +195,7 @@ def counting_waits(sites: Sites, counts: Counts) -> Iterator[None]:
         try:
             yield
         finally:
-            torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.set_sync_debug_mode(mode)
             torch.cuda.Event.synchronize = event_sync  # type: ignore[method-assign]
             torch.cuda.synchronize = device_sync
             warnings.showwarning = shown
@@ -214,15 +226,18 @@ def main() -> None:
     if counted.steps != warm.steps:
         sys.exit(f"the passes ran different programs ({warm.steps} and {counted.steps} steps): not comparable")
     steps = counted.steps
+    if not steps:
+        sys.exit("no checked step in the counted pass: give it more --examples")
 
     def ours(site: str) -> bool:
-        return site != INSIDE_KERNELS
+        return site not in (INSIDE_KERNELS, OUTSIDE)
 
     waited = f"{waits.total() / steps:.2f} waits for the device" if args.device == "cuda" else \
         "waits for the device not counted (on the CPU nothing waits)"
     print(f"{setting or 'defaults'}, slot kernel {args.kernel}, {args.device}: {steps} checked steps counted; "
           f"per checked step {ops.total(ours) / steps:.1f} torch operations dispatched by our code "
-          f"({ops.total(lambda site: not ours(site)) / steps:.1f} more {INSIDE_KERNELS}), "
+          f"({ops.total(lambda site: site == INSIDE_KERNELS) / steps:.1f} more {INSIDE_KERNELS}, "
+          f"{ops.total(lambda site: site == OUTSIDE) / steps:.1f} {OUTSIDE}), "
           f"{launches.total() / steps:.2f} Triton launches, {waited}")
     print(f"torch operations per checked step, by call site:\n{ops.table(steps, args.top, ours)}")
     print(f"Triton launches per checked step, by call site:\n{launches.table(steps, args.top)}")

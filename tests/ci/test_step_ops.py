@@ -44,19 +44,23 @@ import torch
 sys.path.insert(0, sys.argv[1])
 import step_ops
 
-# No GPU here: the sync debug mode is switched by nothing, and an event's own wait
-# only records that it ran.
-torch.cuda.set_sync_debug_mode = lambda mode: None
+# No GPU here: the sync debug mode only records what it is set to, and an event's
+# own wait that it ran.
+modes = []
+torch.cuda.get_sync_debug_mode = lambda: 0
+torch.cuda.set_sync_debug_mode = modes.append
 ran = []
 torch.cuda.Event.synchronize = event = lambda self: ran.append("event")
 shown = []
 warnings.showwarning = show = lambda message, *rest, **kwargs: shown.append(str(message))
 sites, waits = step_ops.Sites(), step_ops.Counts()
 with step_ops.counting_waits(sites, waits):
-    warnings.warn("called a synchronizing CUDA operation")
+    assert modes == ["warn"]
+    for _ in range(2):  # each time, not once a line
+        warnings.warn("called a synchronizing CUDA operation")
     warnings.warn("a warning of something else")
     torch.cuda.Event.synchronize(object())
-print(sorted(waits.by.items()), shown, ran, torch.cuda.Event.synchronize is event, warnings.showwarning is show)
+print(sorted(waits.by.items()), shown, ran, modes, torch.cuda.Event.synchronize is event, warnings.showwarning is show)
 '''
 
 
@@ -68,5 +72,5 @@ def test_waits_are_counted_and_other_warnings_still_shown():
                           timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ("[(('outside our code', 'Event.synchronize'), 1), "
-                                   "(('outside our code', 'implicit (sync debug mode)'), 1)] "
-                                   "['a warning of something else'] ['event'] True True")
+                                   "(('outside our code', 'implicit (sync debug mode)'), 2)] "
+                                   "['a warning of something else'] ['event'] ['warn', 0] True True")
