@@ -36,10 +36,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from blocktable.properties.run.messages import Job
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from step_cost import parts_by_folder, run  # noqa: E402  (a script beside this one, not a package)
+import step_cost  # noqa: E402  (a script beside this one, not a package)
 
 # Code that stands for one kernel launch on a GPU: its torch operations are counted
 # apart (file suffix, and the function's qualified name where only some of a file's do).
@@ -55,7 +53,7 @@ class Sites:
     function`."""
 
     def __init__(self) -> None:
-        self.roots = [folder for folder, _ in parts_by_folder()]
+        self.roots = [folder for folder, _ in step_cost.parts_by_folder()]
 
     def ours(self, filename: str) -> str | None:
         for root in self.roots:
@@ -213,8 +211,7 @@ def main() -> None:
     sites, ops, launches, waits = Sites(), Counts(), Counts(), Counts()
     with tempfile.TemporaryDirectory() as folder:
         def one_pass() -> Any:
-            return run(Job(args.kernel, device=args.device, seed=args.seed, examples=args.examples, out=folder,
-                           journal=os.path.join(folder, "journal.jsonl")))[0]
+            return step_cost.one_pass(args.examples, args.seed, args.device, folder, args.kernel)[0]
 
         warm = one_pass()
         with contextlib.ExitStack() as stack:
