@@ -46,6 +46,7 @@ from blocktable.reference.kv import bits
 GUARD = 64  # cells before and after each group's cache memory
 PAD_ROWS = 3  # rows past the last gathered one, which a gather must leave alone
 KEY_PAD_ROWS = 3  # a step's key rows past its slot mapping: 1 to this many
+OUT_FILL = 0x5A  # every byte of a gather's outputs before the call, on both sides
 
 
 # ---- one group's caches, on both sides -------------------------------------------------------
@@ -298,7 +299,7 @@ class KVWorld:
         cu[1:] = np.cumsum(lengths)
         total = int(cu[-1]) + PAD_ROWS
         item = np.dtype(HOST[self.out_dtype]).itemsize
-        fill = np.full(total * kv.num_heads * kv.head_size * item, 0x5A, dtype=np.uint8)
+        fill = np.full(total * kv.num_heads * kv.head_size * item, OUT_FILL, dtype=np.uint8)
         host_out = fill.view(HOST[self.out_dtype]).reshape(total, kv.num_heads, kv.head_size)
         shifts, device_shifts = self.table_shifts[g]
         ref_table = np.tile(run.reference.tables[g].device, (W, 1)) + shifts
@@ -308,7 +309,7 @@ class KVWorld:
         self.gather_rows.append(int(cu[-1]) if kv.kv_cache_dtype == "fp8_e4m3" else 0)  # decoded: any NaN is NaN
         device = run.impl.tables[g].device_tensor
         table = device if W == 1 else (device.repeat(W, 1) + device_shifts)
-        dev_out = [filled(host_out.shape, self.out_dtype, 0x5A, run.backend) for _ in range(2)]  # no upload
+        dev_out = [filled(host_out.shape, self.out_dtype, OUT_FILL, run.backend) for _ in range(2)]  # no upload
         if int(cu[-1]):
             run.event(events.KV_GATHER)
         with data_checks(run.steps_checked == 0):
