@@ -132,24 +132,33 @@ def current() -> Backend:
 
 
 class _Staging:
-    """One pinned host buffer per device that uploads from pageable memory go through.
-    Pinning a fresh tensor for each small upload costs more than the copy itself, so
-    the buffer is kept; an event marks when the device has read it, and the next
-    upload waits for that (long done, in practice) before writing into it."""
+    """A ring of pinned host buffers per device that uploads from pageable memory go
+    through. Pinning a fresh tensor for each small upload costs more than the copy
+    itself, so the buffers are kept; each has an event that marks when the device has
+    read it, and an upload waits for that before writing into its buffer. With one
+    buffer, an upload waited for everything launched before the last upload (a step's
+    uploads and launches alternate); with SLOTS, it waits for the upload SLOTS back,
+    long read in practice."""
+
+    SLOTS = 8
 
     def __init__(self) -> None:
-        self.buffer = torch.empty(0, dtype=torch.uint8)
-        self.read = torch.cuda.Event()
+        self.buffers = [torch.empty(0, dtype=torch.uint8) for _ in range(self.SLOTS)]
+        self.reads = [torch.cuda.Event() for _ in range(self.SLOTS)]
+        self.turn = 0
 
     def send(self, device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
         nbytes = host.numel() * host.element_size()
-        self.read.synchronize()  # an event never recorded is complete
-        if self.buffer.numel() < nbytes:
-            self.buffer = torch.empty(max(nbytes, 2 * self.buffer.numel(), 4096), dtype=torch.uint8, pin_memory=True)
-        staged = self.buffer[:nbytes].view(host.dtype).view(host.shape)
+        i = self.turn
+        self.turn = (i + 1) % self.SLOTS
+        self.reads[i].synchronize()  # an event never recorded is complete
+        if self.buffers[i].numel() < nbytes:
+            size = max(nbytes, 2 * self.buffers[i].numel(), 4096)
+            self.buffers[i] = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        staged = self.buffers[i][:nbytes].view(host.dtype).view(host.shape)
         staged.copy_(host)
         device_tensor.copy_(staged, non_blocking=True)
-        self.read.record(torch.cuda.current_stream(device_tensor.device))
+        self.reads[i].record(torch.cuda.current_stream(device_tensor.device))
         return device_tensor
 
 

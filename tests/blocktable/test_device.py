@@ -91,15 +91,17 @@ def test_to_host_brings_mixed_tensors_back_whole(backend):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_uploads_in_a_row_each_arrive_whole():
-    """Uploads share one pinned staging buffer: each waits until the device has read
-    the previous one, so none is overwritten in flight, whatever the sizes (the
-    buffer grows) and however long the device's queue is."""
+    """Uploads go through a ring of pinned staging buffers: each waits until the
+    device has read its buffer's previous upload, so none is overwritten in flight,
+    whatever the sizes (a buffer grows), however long the device's queue is, and
+    however many times the ring goes round."""
     busy = torch.randn(4096, 4096, device="cuda")
+    sizes = [(3, 5000, 1, 70000, 0, 12, 9000)[i % 7] + i for i in range(3 * device._Staging.SLOTS + 5)]
     sent = []
-    for n in (3, 5000, 1, 70000, 0, 12):
+    for n in sizes:
         busy = busy @ busy  # keeps the device busy while the host queues the copies
         host = torch.arange(n, dtype=torch.int64) * 7 - n
-        sent.append((host, device.upload(host)))
+        sent.append(device.upload(host))
         host.zero_()  # the caller may reuse its tensor at once
-    for n, (_, on_device) in zip((3, 5000, 1, 70000, 0, 12), sent):
+    for n, on_device in zip(sizes, sent):
         assert torch.equal(on_device.cpu(), torch.arange(n, dtype=torch.int64) * 7 - n)
