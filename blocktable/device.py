@@ -138,7 +138,9 @@ class _Staging:
     read it, and an upload waits for that before writing into its buffer. With one
     buffer, an upload waited for everything launched before the last upload (a step's
     uploads and launches alternate); with SLOTS, it waits for the upload SLOTS back,
-    long read in practice."""
+    long read in practice. A buffer grows to the largest upload it carries (doubling),
+    so the ring pins at most 2 * SLOTS times the largest upload: a few MiB in the
+    lockstep, about 130 MiB for the stateless KV modes' million-element caches."""
 
     SLOTS = 8
 
