@@ -15,7 +15,19 @@ import numpy as np
 import pytest
 
 from blocktable import device
-from blocktable.properties.run import profiles, workers
+
+try:
+    from blocktable.properties.run import profiles, workers
+except ModuleNotFoundError as error:
+    # A plain `pip install .` run from the repository root: the bare source folder
+    # blocktable/ shadows the installed package and has no properties/ inside it.
+    if not (error.name or "").startswith("blocktable."):
+        raise
+    raise pytest.UsageError(
+        f"{error}, so this `blocktable` is not laid out as installed: it was imported from "
+        f"{os.path.dirname(device.__file__)}. Install the package editable (`pip install -e '.[test]'`, "
+        "as README says), or run pytest from outside the repository root."
+    ) from error
 
 
 def _pin_worker_gpu() -> None:
