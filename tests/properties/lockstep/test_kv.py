@@ -219,6 +219,6 @@ def test_the_scratch_copies_follow_their_rule_block_by_block(data):
     cow = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=2))
     k = data.draw(st.integers(0, 50))
     pool = SimpleNamespace(ref=np.array(ref, dtype=np.int32), null_block=null_block,
-                                 cached={("key", i): blocks for i, blocks in enumerate(cached)})
+                           cached={("key", i): blocks for i, blocks in enumerate(cached)})
     assert scratch_pairs(pool, cow, k) == scratch_pairs_block_by_block(ref, cached, null_block, cow, k)
     assert pool.ref.tolist() == ref  # the pool is read, never written
