@@ -149,22 +149,38 @@ class _Staging:
         self.reads = [torch.cuda.Event() for _ in range(self.SLOTS)]
         self.turn = 0
 
-    def send(self, device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
-        nbytes = host.numel() * host.element_size()
+    def reserve(self, nbytes: int) -> tuple[int, torch.Tensor]:
+        """The next buffer of the ring, once the device has read its last upload: its
+        index and its first `nbytes` bytes, for the caller to fill."""
         i = self.turn
         self.turn = (i + 1) % self.SLOTS
         self.reads[i].synchronize()  # an event never recorded is complete
         if self.buffers[i].numel() < nbytes:
             size = max(nbytes, 2 * self.buffers[i].numel(), 4096)
             self.buffers[i] = torch.empty(size, dtype=torch.uint8, pin_memory=True)
-        staged = self.buffers[i][:nbytes].view(host.dtype).view(host.shape)
-        staged.copy_(host)
+        return i, self.buffers[i][:nbytes]
+
+    def ship(self, i: int, device_tensor: torch.Tensor, staged: torch.Tensor) -> torch.Tensor:
+        """Buffer i's filled bytes (`staged`, a view of them) copied to the device."""
         device_tensor.copy_(staged, non_blocking=True)
         self.reads[i].record(torch.cuda.current_stream(device_tensor.device))
         return device_tensor
 
+    def send(self, device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+        i, staged = self.reserve(host.numel() * host.element_size())
+        staged = staged.view(host.dtype).view(host.shape)
+        staged.copy_(host)
+        return self.ship(i, device_tensor, staged)
+
 
 _staging: dict[torch.device, _Staging] = {}
+
+
+def _ring(device: torch.device) -> _Staging:
+    staging = _staging.get(device)
+    if staging is None:
+        staging = _staging[device] = _Staging()
+    return staging
 
 
 def copy_from_host(device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
@@ -175,10 +191,7 @@ def copy_from_host(device_tensor: torch.Tensor, host: torch.Tensor) -> torch.Ten
         return device_tensor.copy_(host)
     if host.is_pinned():
         return device_tensor.copy_(host, non_blocking=True)
-    staging = _staging.get(device_tensor.device)
-    if staging is None:
-        staging = _staging[device_tensor.device] = _Staging()
-    return staging.send(device_tensor, host)
+    return _ring(device_tensor.device).send(device_tensor, host)
 
 
 def upload(host: torch.Tensor, backend: Backend | None = None) -> torch.Tensor:
@@ -186,6 +199,40 @@ def upload(host: torch.Tensor, backend: Backend | None = None) -> torch.Tensor:
     `host` itself, on the CPU too), sent without waiting for the device."""
     backend = backend or current()
     return copy_from_host(torch.empty(host.shape, dtype=host.dtype, device=backend.device), host)
+
+
+ALIGN = 16  # bytes: where each array of upload_arrays starts (Triton specializes a pointer on 16)
+
+
+def upload_arrays(arrays: Sequence[np.ndarray], backend: Backend | None = None) -> list[torch.Tensor]:
+    """Device tensors holding copies of numpy arrays (of the dtypes torch shares with
+    numpy), all sent in one upload without waiting for the device: each upload from
+    pageable memory is a staging copy, a transfer and an event, so a caller sends a
+    step's arrays together. On a GPU the arrays are written straight into a pinned
+    staging buffer. Each tensor starts on an ALIGN-byte boundary of one allocation, so
+    a kernel sees the same pointer alignment as in a tensor of its own; a kernel that
+    writes past its tensor's end reaches the next one's bytes, as it could reach a
+    neighbour in the allocator's pool."""
+    backend = backend or current()
+    starts, total = [], 0
+    for a in arrays:
+        starts.append(total)
+        total += -(-a.nbytes // ALIGN) * ALIGN
+    on_gpu = backend.device.type == "cuda"
+    slot, staged = _ring(backend.device).reserve(total) if on_gpu else (-1, torch.empty(total, dtype=torch.uint8))
+    if total:
+        host = staged.numpy()
+        for start, a in zip(starts, arrays):
+            host[start:start + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    sent = _ring(backend.device).ship(slot, torch.empty(total, dtype=torch.uint8, device=backend.device),
+                                      staged) if on_gpu else staged
+    return [sent[start:start + a.nbytes].view(_torch_dtype(a.dtype)).view(a.shape)
+            for start, a in zip(starts, arrays)]
+
+
+@functools.cache
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
 
 
 @functools.cache

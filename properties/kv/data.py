@@ -74,11 +74,20 @@ def token_data(values: np.ndarray, kv: KVConfig, which: int) -> np.ndarray:
     return x
 
 
+def for_upload(host: np.ndarray, dtype: str) -> np.ndarray:
+    """A host array in the reference's representation, as torch can take it from numpy
+    (bfloat16's bits as int16); `received` makes the upload a tensor of `dtype` again."""
+    return host.view(np.int16) if dtype == "bfloat16" else host
+
+
+def received(sent: torch.Tensor, dtype: str) -> torch.Tensor:
+    """An upload of `for_upload(host, dtype)` as a device tensor of `dtype`."""
+    return sent.view(torch.bfloat16) if dtype == "bfloat16" else sent
+
+
 def to_device(host: np.ndarray, dtype: str, backend: Backend) -> torch.Tensor:
     """A host array in the reference's representation as a device tensor of `dtype`."""
-    if dtype == "bfloat16":
-        return upload(torch.from_numpy(host.view(np.int16)), backend).view(torch.bfloat16)
-    return upload(torch.from_numpy(np.ascontiguousarray(host)), backend)
+    return received(upload(torch.from_numpy(np.ascontiguousarray(for_upload(host, dtype))), backend), dtype)
 
 
 def filled(shape: tuple[int, ...], dtype: str, byte: int, backend: Backend) -> torch.Tensor:

@@ -66,16 +66,25 @@ class Mirror:
         self.expected = upload(torch.from_numpy(host.view(SIGNED[host.itemsize])), backend)
         self.elements = upload(torch.from_numpy(elements), backend) if elements is not None else None
 
-    def send(self, cells: np.ndarray) -> None:
-        """The host's current bits at these flat indices, written into the mirror (in
-        one upload: indices and values side by side, the values widened to int64,
-        which every item size's signed bits fit)."""
+    def changes(self, cells: np.ndarray) -> np.ndarray | None:
+        """The host's current bits at these flat indices, for `apply` to write into the
+        mirror: indices and values side by side ([2, n] int64, each cell once; the
+        values widened to int64, which every item size's signed bits fit); None for no
+        cells."""
         if not len(cells):
-            return
+            return None
         cells = np.unique(cells)
-        values = self.host.view(SIGNED[self.host.itemsize])[cells].astype(np.int64)
-        both = upload(torch.from_numpy(np.stack([cells, values])), self.backend)
-        self.expected[both[0]] = both[1].to(self.expected.dtype)
+        return np.stack([cells, self.host.view(SIGNED[self.host.itemsize])[cells].astype(np.int64)])
+
+    def apply(self, changes: torch.Tensor) -> None:
+        """`changes(...)`, uploaded, written into the mirror (without waiting for the device)."""
+        self.expected[changes[0]] = changes[1].to(self.expected.dtype)
+
+    def send(self, cells: np.ndarray) -> None:
+        """The host's current bits at these flat indices, written into the mirror, in one upload."""
+        changes = self.changes(cells)
+        if changes is not None:
+            self.apply(upload(torch.from_numpy(changes), self.backend))
 
     def count_differing(self, actual: torch.Tensor, strict_nan: bool) -> torch.Tensor:
         """A one-element int64 device tensor: how many cells of `actual` (the

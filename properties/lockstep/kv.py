@@ -31,92 +31,31 @@ import numpy as np
 import torch
 
 from blocktable.checks import data_checks
-from blocktable.device import to_host, upload
+from blocktable.device import to_host, upload, upload_arrays
 from blocktable.plugin import KV_CONTRACTS, KVKernels
 from blocktable.properties.compare import Discrepancy, Handed, raised
 from blocktable.properties.kv import truth as ref_kv  # the reference's §9, vectorized (tests prove them equal)
+from blocktable.properties.kv.cache import (
+    GUARD,
+    CachePair,
+    cache_dtype,
+    cache_pair,
+    flat_size,
+    kernel_options,
+    locate,
+    out_dtype,
+)
 from blocktable.properties.kv.compare import NAN_NOTE, differing
-from blocktable.properties.kv.data import HOST, fetchable, filled, to_device, token_data
-from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells, view_cells
+from blocktable.properties.kv.data import HOST, fetchable, filled, for_upload, received, to_device, token_data
+from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells
 from blocktable.properties.lockstep import events
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.world import KVConfig
 from blocktable.reference.kv import bits
 
-GUARD = 64  # cells before and after each group's cache memory
 PAD_ROWS = 3  # rows past the last gathered one, which a gather must leave alone
 KEY_PAD_ROWS = 3  # a step's key rows past its slot mapping: 1 to this many
 OUT_FILL = 0x5A  # every byte of a gather's outputs before the call, on both sides
-
-
-# ---- one group's caches, on both sides -------------------------------------------------------
-
-@dataclass
-class CachePair:
-    """One group's key and value caches as views into one flat buffer with guard cells
-    before and after: `host` (the reference's, numpy) or `device` (torch)."""
-
-    flat: Any
-    key: Any
-    value: Any
-
-
-def cache_pair(flat: Any, kv: KVConfig, blocks: int, block_size: int) -> CachePair:
-    """The key and value views of `flat` (numpy or torch, GUARD cells each side)."""
-    H, D, Dp = kv.num_heads, kv.head_size, kv.head_size + kv.pad
-    inner = (block_size, H, Dp) if kv.layout == "NHD" else (H, block_size, Dp)
-    size = blocks * 2 * block_size * H * Dp
-    body = flat[GUARD:GUARD + size]
-    if kv.joint:
-        both = body.reshape((blocks, 2, *inner))
-        key, value = both[:, 0], both[:, 1]
-    else:
-        half = size // 2
-        key, value = body[:half].reshape((blocks, *inner)), body[half:].reshape((blocks, *inner))
-    return CachePair(flat, key[..., :D], value[..., :D])
-
-
-def cache_dtype(kv: KVConfig) -> str:
-    """The dtype of a world's cache memory: the keys' own, or fp8 codes as bytes."""
-    return kv.dtype if kv.kv_cache_dtype == "auto" else "uint8"
-
-
-def out_dtype(kv: KVConfig) -> str:
-    """The dtype a gather writes: the cache's, or float32 decoded from fp8."""
-    return kv.dtype if kv.kv_cache_dtype == "auto" else "float32"
-
-
-def kernel_options(kv: KVConfig) -> dict[str, Any]:
-    """The keyword arguments every KV kernel call of a world with `kv` takes."""
-    return dict(layout=kv.layout, kv_cache_dtype=kv.kv_cache_dtype, k_scale=kv.k_scale, v_scale=kv.v_scale)
-
-
-def flat_size(kv: KVConfig, blocks: int, block_size: int) -> int:
-    return 2 * GUARD + blocks * 2 * block_size * kv.num_heads * (kv.head_size + kv.pad)
-
-
-def locate(pair: CachePair, index: int, kv: KVConfig, block_size: int,
-           blocks_per_rank: int) -> tuple[str, int | None, int | None]:
-    """Where flat cell `index` of the reference's buffer lies, in the user's terms, and
-    the (rank, slot) of the cache element there (None, None: a guard or padding cell)."""
-    if index < GUARD:
-        return f"the guard cells before the caches (cell {index - GUARD})", None, None
-    for name, view in (("key", pair.key), ("value", pair.value)):
-        start, steps = view_cells(view, pair.flat)
-        rest = index - start
-        at = [0] * view.ndim
-        for dim in sorted(range(view.ndim), key=lambda d: -steps[d]):
-            at[dim] = rest // steps[dim] if steps[dim] else 0
-            rest -= at[dim] * steps[dim]
-        if rest == 0 and all(0 <= i < n for i, n in zip(at, view.shape)):
-            blk, off, head = (at[0], at[1], at[2]) if kv.layout == "NHD" else (at[0], at[2], at[1])
-            rank, block = divmod(blk, blocks_per_rank)
-            slot = block * block_size + off
-            return (f"{name} cache, rank {rank} block {block} offset {off} (slot {slot}) head {head} dim {at[3]}",
-                    rank, slot)
-    if index >= len(pair.flat) - GUARD:
-        return f"the guard cells after the caches (cell {index - (len(pair.flat) - GUARD)})", None, None
-    return "padding after a head's D (no cache element)", None, None
 
 
 def scratch_pairs(pool: Any, cow: list[tuple[int, int]], k: int) -> list[tuple[int, int]]:
@@ -146,6 +85,17 @@ def scratch_pairs(pool: Any, cow: list[tuple[int, int]], k: int) -> list[tuple[i
 def repeat_for_ranks(rows: np.ndarray, T: int, W: int) -> np.ndarray:
     """The step's T token rows once per rank (the ranks' stacked caches), then the padding rows."""
     return np.concatenate([rows[:T]] * W + [rows[T:]])
+
+
+@dataclass
+class GroupStep:
+    """What one group's step sends to the device, made on the host: its copy pairs in
+    stacked kernel blocks ([n, 2], None without any), its mirror's changes ([2, n],
+    None without any; kv/mirror.py) and its gather's cumulative lengths."""
+
+    mapping: np.ndarray | None
+    mirror: np.ndarray | None
+    cu: np.ndarray
 
 
 class KVWorld:
@@ -220,68 +170,90 @@ class KVWorld:
     def launch(self, calls: list[Any], pairs: list[list[tuple[int, int]]], qsl: np.ndarray,
                positions: np.ndarray, values: np.ndarray, written: dict[int, int],
                expected_slots: list[np.ndarray]) -> list[torch.Tensor]:
-        """Every group's copy, write and gather, launched; the reference's done on the
-        host meanwhile, through the reference's slot mappings (`expected_slots`: each
-        group's [W, Tmax]). Returns what to bring back with the step."""
+        """Every group's copy, write and gather: the reference's on the host first,
+        through the reference's slot mappings (`expected_slots`: each group's [W, Tmax]),
+        then all the device needs in one upload (each upload from pageable memory is a
+        staging copy, a transfer and an event), then the kernels. Returns what to bring
+        back with the step."""
         run, kv = self.state, self.kv
         T = len(positions)
         self.values = values
         pad = 1 + int(T % KEY_PAD_ROWS)  # key rows past the slot mapping: never read
         host_k = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 0)
         host_v = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 1)
-        dev_k, dev_v = to_device(host_k, kv.dtype, run.backend), to_device(host_v, kv.dtype, run.backend)
         self.errors, self.expected_out, self.step_slots, self.gathered, self.step_pairs = [], [], [], [], []
         self.gather_rows = []
         self.tokens = [(run.rows[r], int(positions[t])) for r in range(len(qsl) - 1)
                        for t in range(int(qsl[r]), int(qsl[r + 1]))]
+        # The keys and values once per DCP world size (rank R writes rank 0's rows into
+        # its own part of the stacked caches), then each group's copy pairs, mirror
+        # changes and gather lengths.
+        widths = sorted({lay.world for lay in run.layouts})
+        rows = {W: [repeat_for_ranks(h, T, W) for h in (host_k, host_v)] for W in widths}
+        plans = [self._reference_step(g, pairs[g], rows[lay.world], T, written, expected_slots[g])
+                 for g, lay in enumerate(run.layouts)]
+        arrays = [for_upload(h, kv.dtype) for W in widths for h in rows[W]]
+        for plan in plans:
+            arrays += [a for a in (plan.mapping, plan.mirror) if a is not None] + [plan.cu]
+        sent = iter(upload_arrays(arrays, run.backend))
+        data = {W: [received(next(sent), kv.dtype) for _ in range(2)] for W in widths}
         back: list[torch.Tensor] = []
         first = run.steps_checked == 0
-        for g, lay in enumerate(run.layouts):
-            per_rank, P, W = self.blocks_per_rank[g], lay.kernel_blocks_per_block, lay.world
-            ref, impl = self.ref[g], self.impl[g]
-            changed: list[np.ndarray] = []  # the flat cells of the reference's memory this step writes
-            step_pairs = pairs[g] + scratch_pairs(run.reference.pool, pairs[g], run.steps_checked)
-            kernel_pairs = [(R * per_rank + s * P + j, R * per_rank + d * P + j)
-                            for R in range(W) for s, d in step_pairs for j in range(P)]
-            if kernel_pairs:
-                mapping = np.array(kernel_pairs, dtype=np.int64).reshape(-1, 2)
-                with data_checks(first):
-                    self._call("kv-copy", g, self.kernels.copy, [impl.key], [impl.value],
-                               upload(torch.from_numpy(mapping), run.backend))
-                ref_kv.copy_blocks([ref.key], [ref.value], mapping)
-                changed += [block_cells(view, ref.flat, mapping[:, 1]) for view in (ref.key, ref.value)]
-                if pairs[g]:
-                    run.event(events.KV_COPY)
-            self.step_pairs.append(kernel_pairs)
-            # Rank R's slots follow rank R-1's; a slot outside the rank's cache (a wrong
-            # slot mapping, reported by the slot comparison) is passed as -1.
-            rank_slots = per_rank * lay.kernel_block_size
-            out = calls[g].outputs[:, :T]
-            stacked = out if W == 1 else out + self.rank_starts[g]
-            # The slots sit in a longer buffer whose tail names real slots (the cache's
-            # last ones), one per key padding row: a kernel that takes its token count
-            # from the key (vLLM #13418) writes the padding rows there.
-            slots = torch.cat([torch.where((out >= 0) & (out < rank_slots), stacked, self.minus_one).reshape(-1),
-                               self.tails[g][:pad]])[:W * T]
-            keys = dev_k if W == 1 else torch.cat([dev_k[:T]] * W + [dev_k[T:]])
-            vals = dev_v if W == 1 else torch.cat([dev_v[:T]] * W + [dev_v[T:]])
+        for g, (lay, plan) in enumerate(zip(run.layouts, plans)):
+            impl = self.impl[g]
             with data_checks(first):
+                if plan.mapping is not None:
+                    self._call("kv-copy", g, self.kernels.copy, [impl.key], [impl.value], next(sent))
+                # Rank R's slots follow rank R-1's; a slot outside the rank's cache (a
+                # wrong slot mapping, reported by the slot comparison) is passed as -1.
+                # The slots sit in a longer buffer whose tail names real slots (the
+                # cache's last ones), one per key padding row: a kernel that takes its
+                # token count from the key (vLLM #13418) writes the padding rows there.
+                out = calls[g].outputs[:, :T]
+                stacked = out if lay.world == 1 else out + self.rank_starts[g]
+                inside = (out >= 0) & (out < self.blocks_per_rank[g] * lay.kernel_block_size)
+                slots = torch.cat([torch.where(inside, stacked, self.minus_one).reshape(-1),
+                                   self.tails[g][:pad]])[:lay.world * T]
+                keys, vals = data[lay.world]
                 self._call("kv-write", g, self.kernels.write, keys, vals, impl.key, impl.value, slots, **self.options())
-            expected = expected_slots[g][:, :T]
-            ref_slots = np.where(expected >= 0, expected + np.arange(W)[:, None] * rank_slots, -1).reshape(-1)
-            self.step_slots.append(ref_slots)
-            if T and kv.kv_cache_dtype == "fp8_e4m3":
-                run.event(events.KV_FP8)
-            ref_kv.write(repeat_for_ranks(host_k, T, W), repeat_for_ranks(host_v, T, W), ref.key, ref.value, ref_slots,
-                         **self.options())
-            block, offset = np.divmod(ref_slots[ref_slots >= 0], lay.kernel_block_size)
-            changed += [entry_cells(view, ref.flat, kv.layout, block, offset) for view in (ref.key, ref.value)]
-            self.mirrors[g].send(np.concatenate(changed))
-            back += [self.mirrors[g].count_differing(impl.flat, run.kernels.strict_nan), *self._gather(g, written)]
+                if plan.mirror is not None:
+                    self.mirrors[g].apply(next(sent))
+                back.append(self.mirrors[g].count_differing(impl.flat, run.kernels.strict_nan))
+                back += self._gather(g, next(sent))
         return back
 
-    def _gather(self, g: int, written: dict[int, int]) -> list[torch.Tensor]:
-        """The sequences this step computed, read back on every rank of group g."""
+    def _reference_step(self, g: int, cow: list[tuple[int, int]], rows: list[np.ndarray], T: int,
+                        written: dict[int, int], expected: np.ndarray) -> GroupStep:
+        """Group g's copy, write and gather on the reference's side, and what the device
+        needs for the implementation's (`rows`: the step's keys and values, once per rank)."""
+        run, kv, lay = self.state, self.kv, self.state.layouts[g]
+        per_rank, P, W = self.blocks_per_rank[g], lay.kernel_blocks_per_block, lay.world
+        ref = self.ref[g]
+        changed: list[np.ndarray] = []  # the flat cells of the reference's memory this step writes
+        step_pairs = cow + scratch_pairs(run.reference.pool, cow, run.steps_checked)
+        kernel_pairs = [(R * per_rank + s * P + j, R * per_rank + d * P + j)
+                        for R in range(W) for s, d in step_pairs for j in range(P)]
+        self.step_pairs.append(kernel_pairs)
+        mapping = None
+        if kernel_pairs:
+            mapping = np.array(kernel_pairs, dtype=np.int64).reshape(-1, 2)
+            ref_kv.copy_blocks([ref.key], [ref.value], mapping)
+            changed += [block_cells(view, ref.flat, mapping[:, 1]) for view in (ref.key, ref.value)]
+            if cow:
+                run.event(events.KV_COPY)
+        rank_slots = per_rank * lay.kernel_block_size
+        ref_slots = np.where(expected[:, :T] >= 0, expected[:, :T] + np.arange(W)[:, None] * rank_slots, -1).reshape(-1)
+        self.step_slots.append(ref_slots)
+        if T and kv.kv_cache_dtype == "fp8_e4m3":
+            run.event(events.KV_FP8)
+        ref_kv.write(rows[0], rows[1], ref.key, ref.value, ref_slots, **self.options())
+        block, offset = np.divmod(ref_slots[ref_slots >= 0], lay.kernel_block_size)
+        changed += [entry_cells(view, ref.flat, kv.layout, block, offset) for view in (ref.key, ref.value)]
+        return GroupStep(mapping, self.mirrors[g].changes(np.concatenate(changed)), self._reference_gather(g, written))
+
+    def _reference_gather(self, g: int, written: dict[int, int]) -> np.ndarray:
+        """The reference's gather of the sequences this step computed, on every rank of
+        group g (kept for the comparison); returns the gather's cumulative lengths."""
         run, kv, lay = self.state, self.kv, self.state.layouts[g]
         W, rows = lay.world, run.world.max_num_reqs
         lengths = np.zeros(W * rows, dtype=np.int64)
@@ -301,20 +273,25 @@ class KVWorld:
         item = np.dtype(HOST[self.out_dtype]).itemsize
         fill = np.full(total * kv.num_heads * kv.head_size * item, OUT_FILL, dtype=np.uint8)
         host_out = fill.view(HOST[self.out_dtype]).reshape(total, kv.num_heads, kv.head_size)
-        shifts, device_shifts = self.table_shifts[g]
-        ref_table = np.tile(run.reference.tables[g].device, (W, 1)) + shifts
+        ref_table = np.tile(run.reference.tables[g].device, (W, 1)) + self.table_shifts[g][0]
         out_k, out_v = host_out.copy(), host_out.copy()
         ref_kv.gather(self.ref[g].key, self.ref[g].value, ref_table, cu, out_k, out_v, **self.options())
         self.expected_out.append((out_k, out_v))
         self.gather_rows.append(int(cu[-1]) if kv.kv_cache_dtype == "fp8_e4m3" else 0)  # decoded: any NaN is NaN
-        device = run.impl.tables[g].device_tensor
-        table = device if W == 1 else (device.repeat(W, 1) + device_shifts)
-        dev_out = [filled(host_out.shape, self.out_dtype, OUT_FILL, run.backend) for _ in range(2)]  # no upload
         if int(cu[-1]):
             run.event(events.KV_GATHER)
-        with data_checks(run.steps_checked == 0):
-            self._call("kv-gather", g, self.kernels.gather, self.impl[g].key, self.impl[g].value, table,
-                       upload(torch.from_numpy(cu), run.backend), *dev_out, **self.options())
+        return cu
+
+    def _gather(self, g: int, cu: torch.Tensor) -> list[torch.Tensor]:
+        """The implementation's gather of group g, through its device table (`cu`: the
+        cumulative lengths, on the device); returns its outputs, to bring back."""
+        run, W = self.state, self.state.layouts[g].world
+        shape = self.expected_out[g][0].shape
+        device = run.impl.tables[g].device_tensor
+        table = device if W == 1 else (device.repeat(W, 1) + self.table_shifts[g][1])
+        dev_out = [filled(shape, self.out_dtype, OUT_FILL, run.backend) for _ in range(2)]  # no upload
+        self._call("kv-gather", g, self.kernels.gather, self.impl[g].key, self.impl[g].value, table, cu, *dev_out,
+                   **self.options())
         return [fetchable(t) for t in dev_out]
 
     def compare(self, back: list[np.ndarray]) -> None:

@@ -88,6 +88,49 @@ def test_to_host_brings_mixed_tensors_back_whole(backend):
     assert device.to_host([]) == []
 
 
+def test_arrays_uploaded_together_each_arrive_whole_and_aligned(backend):
+    """One upload for arrays of several dtypes and shapes (a KV step's keys, pairs and
+    lengths): each arrives with its own dtype, shape and bits, starting on a 16-byte
+    boundary (the alignment Triton specializes a kernel's pointers on), and owns none of
+    the caller's memory."""
+    arrays = [np.arange(-3, 12, dtype=np.int32).reshape(3, 5),  # 60 bytes: the next one would be unaligned
+              (np.arange(8, dtype=np.int64) - 2**40).reshape(2, 4),
+              np.array([np.nan, -0.0, 1.5], dtype=np.float16).reshape(1, 3, 1),
+              np.zeros((0, 2), dtype=np.int64),
+              np.array([True, False, True]),
+              np.arange(7, dtype=np.uint8)[::2],  # not contiguous
+              np.array(5, dtype=np.int16)]
+    sent = device.upload_arrays(arrays, backend)
+    assert len(sent) == len(arrays)
+    for array, tensor in zip(arrays, sent):
+        assert tensor.device.type == backend.device.type
+        assert tensor.shape == array.shape and tensor.dtype == torch.from_numpy(np.ascontiguousarray(array)).dtype
+        assert tensor.data_ptr() % device.ALIGN == 0
+        assert tensor.cpu().numpy().tobytes() == np.ascontiguousarray(array).tobytes()
+    arrays[0][...] = 0  # the caller may reuse its arrays at once; the uploads keep what was sent
+    assert int(sent[0][0, 0]) == -3
+    assert device.upload_arrays([], backend) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_array_uploads_in_a_row_each_arrive_whole():
+    """upload_arrays writes straight into the staging ring's buffers: like upload, each
+    waits for its buffer's last transfer, so none is overwritten in flight."""
+    busy = torch.randn(4096, 4096, device="cuda")
+    sizes = [(3, 5000, 1, 70000, 0, 12, 9000)[i % 7] + i for i in range(3 * device._Staging.SLOTS + 5)]
+    sent = []
+    for n in sizes:
+        busy = busy @ busy
+        host = [np.arange(n, dtype=np.int64) * 7 - n, np.full(n % 5, n, dtype=np.int32)]
+        sent.append(device.upload_arrays(host, device.select("cuda")))
+        for array in host:
+            array[...] = 0
+    for n, (longs, ints) in zip(sizes, sent):
+        assert torch.equal(longs.cpu(), torch.arange(n, dtype=torch.int64) * 7 - n)
+        assert torch.equal(ints.cpu(), torch.full((n % 5,), n, dtype=torch.int32))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_uploads_in_a_row_each_arrive_whole():

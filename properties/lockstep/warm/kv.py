@@ -31,8 +31,9 @@ import torch
 from blocktable.device import Backend, upload
 from blocktable.kv import search_steps
 from blocktable.plugin import KVKernels
+from blocktable.properties.kv.cache import cache_dtype, cache_pair, flat_size, kernel_options, out_dtype
 from blocktable.properties.kv.data import HOST, to_device, token_data
-from blocktable.properties.lockstep.kv import PAD_ROWS, cache_dtype, cache_pair, flat_size, kernel_options, out_dtype
+from blocktable.properties.lockstep.kv import PAD_ROWS
 from blocktable.properties.lockstep.strategies import (
     KV_CACHE_DTYPES,
     KV_DTYPES,

@@ -9,9 +9,9 @@ import torch
 
 from blocktable.device import to_host
 from blocktable.properties.compare import Discrepancy
+from blocktable.properties.kv.cache import cache_pair, flat_size
 from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells
 from blocktable.properties.lockstep.driver import Lockstep
-from blocktable.properties.lockstep.kv import cache_pair, flat_size
 from blocktable.properties.run.prepare import plugins_for
 from blocktable.properties.world import GroupConfig, KVConfig, WorldConfig
 
