@@ -218,14 +218,20 @@ def upload_arrays(arrays: Sequence[np.ndarray], backend: Backend | None = None) 
     for a in arrays:
         starts.append(total)
         total += -(-a.nbytes // ALIGN) * ALIGN
-    on_gpu = backend.device.type == "cuda"
-    slot, staged = _ring(backend.device).reserve(total) if on_gpu else (-1, torch.empty(total, dtype=torch.uint8))
-    if total:
+
+    def fill(staged: torch.Tensor) -> None:
         host = staged.numpy()
         for start, a in zip(starts, arrays):
             host[start:start + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    sent = _ring(backend.device).ship(slot, torch.empty(total, dtype=torch.uint8, device=backend.device),
-                                      staged) if on_gpu else staged
+
+    if backend.device.type == "cuda":
+        ring = _ring(backend.device)
+        slot, staged = ring.reserve(total)
+        fill(staged)
+        sent = ring.ship(slot, torch.empty(total, dtype=torch.uint8, device=backend.device), staged)
+    else:
+        sent = torch.empty(total, dtype=torch.uint8)
+        fill(sent)
     return [sent[start:start + a.nbytes].view(_torch_dtype(a.dtype)).view(a.shape)
             for start, a in zip(starts, arrays)]
 

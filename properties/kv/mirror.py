@@ -77,14 +77,9 @@ class Mirror:
         return np.stack([cells, self.host.view(SIGNED[self.host.itemsize])[cells].astype(np.int64)])
 
     def apply(self, changes: torch.Tensor) -> None:
-        """`changes(...)`, uploaded, written into the mirror (without waiting for the device)."""
+        """`changes(...)`, uploaded (with the step's other arrays), written into the
+        mirror, without waiting for the device."""
         self.expected[changes[0]] = changes[1].to(self.expected.dtype)
-
-    def send(self, cells: np.ndarray) -> None:
-        """The host's current bits at these flat indices, written into the mirror, in one upload."""
-        changes = self.changes(cells)
-        if changes is not None:
-            self.apply(upload(torch.from_numpy(changes), self.backend))
 
     def count_differing(self, actual: torch.Tensor, strict_nan: bool) -> torch.Tensor:
         """A one-element int64 device tensor: how many cells of `actual` (the

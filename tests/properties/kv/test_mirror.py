@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from blocktable.device import to_host
+from blocktable.device import to_host, upload_arrays
 from blocktable.properties.compare import Discrepancy
 from blocktable.properties.kv.cache import cache_pair, flat_size
 from blocktable.properties.kv.mirror import Mirror, block_cells, entry_cells
@@ -51,12 +51,16 @@ def test_the_count_is_of_differing_bits_and_fp8_nans_are_equal_only_in_elements(
     assert int(plain.count_differing(flipped, strict_nan=False)[0]) == 1  # NaN bits equal, -0 differs
 
 
-def test_send_writes_the_hosts_bits_at_those_cells(backend):
+def test_changes_applied_write_the_hosts_bits_at_those_cells(backend):
     host = np.array([1.5, -2.0, 3.0, np.inf], dtype=np.float32)
     mirror = Mirror(host, backend)
     host[[1, 3]] = [np.float32(-0.0), np.float32(7.25)]
     host[2] = 9.0  # changed but not sent: the mirror keeps the old bits
-    mirror.send(np.array([3, 1, 3]))
+    changes = mirror.changes(np.array([3, 1, 3]))
+    assert changes is not None and changes.shape == (2, 2)  # each cell once
+    assert mirror.changes(np.zeros(0, dtype=np.int64)) is None
+    (sent,) = upload_arrays([changes], backend)
+    mirror.apply(sent)
     assert np.array_equal(to_host([mirror.expected])[0], bits_of(np.array([1.5, -0.0, 3.0, 7.25], np.float32)))
 
 
