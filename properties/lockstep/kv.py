@@ -97,6 +97,10 @@ class GroupStep:
     mirror: np.ndarray | None
     cu: np.ndarray
 
+    def arrays(self) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray]:
+        """What the step uploads for this group, in the order it is used."""
+        return self.mapping, self.mirror, self.cu
+
 
 class KVWorld:
     """Every group's caches on both sides, and the step's launches and comparisons."""
@@ -179,8 +183,8 @@ class KVWorld:
         T = len(positions)
         self.values = values
         pad = 1 + int(T % KEY_PAD_ROWS)  # key rows past the slot mapping: never read
-        host_k = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 0)
-        host_v = token_data(np.concatenate([self.values, -1 - np.arange(pad)]), kv, 1)
+        keyed = np.concatenate([self.values, -1 - np.arange(pad)])
+        host_k, host_v = token_data(keyed, kv, 0), token_data(keyed, kv, 1)
         self.errors, self.expected_out, self.step_slots, self.gathered, self.step_pairs = [], [], [], [], []
         self.gather_rows = []
         self.tokens = [(run.rows[r], int(positions[t])) for r in range(len(qsl) - 1)
@@ -193,17 +197,17 @@ class KVWorld:
         plans = [self._reference_step(g, pairs[g], rows[lay.world], T, written, expected_slots[g])
                  for g, lay in enumerate(run.layouts)]
         arrays = [for_upload(h, kv.dtype) for W in widths for h in rows[W]]
-        for plan in plans:
-            arrays += [a for a in (plan.mapping, plan.mirror) if a is not None] + [plan.cu]
-        sent = iter(upload_arrays(arrays, run.backend))
-        data = {W: [received(next(sent), kv.dtype) for _ in range(2)] for W in widths}
+        arrays += [a for plan in plans for a in plan.arrays() if a is not None]
+        uploads = iter(upload_arrays(arrays, run.backend))
+        data = {W: [received(next(uploads), kv.dtype) for _ in range(2)] for W in widths}
+        on_device = [[None if a is None else next(uploads) for a in plan.arrays()] for plan in plans]
         back: list[torch.Tensor] = []
         first = run.steps_checked == 0
-        for g, (lay, plan) in enumerate(zip(run.layouts, plans)):
+        for g, (lay, (mapping, changes, cu)) in enumerate(zip(run.layouts, on_device)):
             impl = self.impl[g]
             with data_checks(first):
-                if plan.mapping is not None:
-                    self._call("kv-copy", g, self.kernels.copy, [impl.key], [impl.value], next(sent))
+                if mapping is not None:
+                    self._call("kv-copy", g, self.kernels.copy, [impl.key], [impl.value], mapping)
                 # Rank R's slots follow rank R-1's; a slot outside the rank's cache (a
                 # wrong slot mapping, reported by the slot comparison) is passed as -1.
                 # The slots sit in a longer buffer whose tail names real slots (the
@@ -216,10 +220,11 @@ class KVWorld:
                                    self.tails[g][:pad]])[:lay.world * T]
                 keys, vals = data[lay.world]
                 self._call("kv-write", g, self.kernels.write, keys, vals, impl.key, impl.value, slots, **self.options())
-                if plan.mirror is not None:
-                    self.mirrors[g].apply(next(sent))
+                if changes is not None:
+                    self.mirrors[g].apply(changes)
                 back.append(self.mirrors[g].count_differing(impl.flat, run.kernels.strict_nan))
-                back += self._gather(g, next(sent))
+                assert cu is not None  # every group gathers
+                back += self._gather(g, cu)
         return back
 
     def _reference_step(self, g: int, cow: list[tuple[int, int]], rows: list[np.ndarray], T: int,
