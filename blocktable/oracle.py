@@ -74,6 +74,14 @@ class Reads:
 
     @classmethod
     def send(cls, rows: np.ndarray, positions: np.ndarray, backend: Backend | None = None) -> Reads:
+        return cls.received(rows, positions, upload(torch.from_numpy(cls.packed(rows, positions)), backend))
+
+    @staticmethod
+    def packed(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The reads checked, as the one int64 array that is sent: the rows, then the
+        positions. A caller that uploads other arrays too sends it with them (each
+        upload from pageable memory is a staging copy, a transfer and an event) and
+        hands the device copy to `received`."""
         for name, array, dtype in (("rows", rows, np.int32), ("positions", positions, np.int64)):
             if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != 1:
                 raise TypeError(f"{name} must be a 1-D {np.dtype(dtype)} array, got "
@@ -85,7 +93,14 @@ class Reads:
             raise ValueError("gather: row indices must be >= 0")
         if M and (positions < 0).any():
             raise ValueError("gather: positions must be >= 0")
-        sent = upload(torch.from_numpy(np.concatenate([rows.astype(np.int64), positions])), backend)
+        return np.concatenate([rows.astype(np.int64), positions])
+
+    @classmethod
+    def received(cls, rows: np.ndarray, positions: np.ndarray, sent: torch.Tensor) -> Reads:
+        """The reads, given the device copy of `packed(rows, positions)`."""
+        M = len(positions)
+        if sent.dtype != torch.int64 or tuple(sent.shape) != (2 * M,):
+            raise ValueError(f"the reads were sent as {sent.dtype} {tuple(sent.shape)}, not int64 ({2 * M},)")
         return cls(rows, positions, sent[:M], sent[M:])
 
 

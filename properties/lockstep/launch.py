@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from blocktable.checks import data_checks
-from blocktable.device import to_host, upload
+from blocktable.device import to_host, upload_arrays
 from blocktable.oracle import Reads, poison_value
 from blocktable.plugin import SLOT_MAPPING
 from blocktable.properties.classes.table import ClassSlotCall, DrivenTables
@@ -70,12 +70,14 @@ def launch_and_check(state: State, qsl: np.ndarray, positions: np.ndarray, value
     and slot mappings. `written`: each scheduled request's length after the step."""
     back = None
     try:
-        sent = upload(torch.from_numpy(values), state.backend)  # one upload for every group
+        held, rows, read_positions = planned_reads(state, written)
+        # One upload for the values every group writes and the reads every group makes.
+        sent, sent_reads = upload_arrays([values, Reads.packed(rows, read_positions)], state.backend)
         calls, pairs = launch_groups(state, qsl, positions, sent, N)
         expected = expected_slots(state, qsl, positions)  # on the host while the device works
         kv = state.kv.launch(calls, pairs, qsl, positions, values, written, expected) if state.kv is not None else []
         v2 = state.v2.launch(qsl, positions, values, N, N_pad, pairs, written) if state.v2 is not None else []
-        reads = launch_reads(state, written)
+        reads = launch_reads(state, held, Reads.received(rows, read_positions, sent_reads))
         back = ReadBack.fetch(tables=[table.device_tensor for table in state.impl.tables.tables],
                               handed=[call.readback()[0] for call in calls],
                               padded=[rows for _, _, rows in padded], reads=reads.tensors, kv=kv, v2=v2)
@@ -194,23 +196,30 @@ def check_padded(padded: Padded, back: list[np.ndarray] | None = None) -> None:
         assert_arrays_equal("padded table", expected, rows, group=g)
 
 
-def launch_reads(state: State, written: dict[int, int]) -> LaunchedReads:
-    """The contract's §7 read-back, launched: every live sequence's positions 0 .. its
-    length after this step (`written`, for the requests that computed tokens),
-    through each group's device table on every rank."""
+def planned_reads(state: State, written: dict[int, int]) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray]:
+    """The contract's §7 read-back of a step, on the host: every live sequence's
+    positions 0 .. its length after this step (`written`, for the requests that
+    computed tokens), as (request, length) of each sequence read and the row and
+    position of each read."""
     held = [(rid, written.get(rid, state.requests[rid].written)) for rid in state.live()]
     held = [(rid, n) for rid, n in held if n]
     if not held:
-        return LaunchedReads(held, np.zeros(0, np.int32), np.zeros(0, np.int64), [])
+        return held, np.zeros(0, np.int32), np.zeros(0, np.int64)
     counts = np.array([n for _, n in held])
     rows = np.repeat(np.array([state.requests[rid].row for rid, _ in held], dtype=np.int32), counts)
     # Each request's positions 0 .. n-1, all requests end to end.
     starts = np.repeat(np.cumsum(counts) - counts, counts)
-    positions = np.arange(len(rows), dtype=np.int64) - starts
-    sent = Reads.send(rows, positions, state.backend)
+    return held, rows, np.arange(len(rows), dtype=np.int64) - starts
+
+
+def launch_reads(state: State, held: list[tuple[int, int]], sent: Reads) -> LaunchedReads:
+    """The planned reads (planned_reads, already sent), launched through each group's
+    device table on every rank."""
+    if not held:
+        return LaunchedReads(held, sent.rows, sent.positions, [])
     tensors = [state.caches[g].read(state.impl.tables[g].device_tensor, sent, **slot_config(state, g))
                for g in range(len(state.layouts))]
-    return LaunchedReads(held, rows, positions, tensors)
+    return LaunchedReads(held, sent.rows, sent.positions, tensors)
 
 
 def compare_reads(state: State, reads: LaunchedReads, back: list[np.ndarray]) -> None:

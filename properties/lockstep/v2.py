@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from blocktable.checks import data_checks
-from blocktable.device import upload
+from blocktable.device import upload_arrays
 from blocktable.oracle import DeviceCache, Reads, poison_value
 from blocktable.plugin import V2_CONTRACTS
 from blocktable.properties.classes.table_v2 import DrivenV2
@@ -155,12 +155,12 @@ class V2World:
             state.event(events.V2_DUMMY_TOKENS)
         if N_pad > N:
             state.event(events.V2_PADDED)
-        sent = upload(torch.from_numpy(np.concatenate([batch.idx.astype(np.int64), batch.qsl.astype(np.int64),
-                                                       batch.positions, batch.values])), state.backend)
-        n, m = len(batch.idx), len(batch.qsl)
-        idx_dev = sent[:n].to(torch.int32 if batch.idx.dtype == np.int32 else torch.int64)
-        qsl_dev, pos_dev = sent[n:n + m].to(torch.int32), sent[n + m:n + m + len(batch.positions)]
-        values_dev = sent[n + m + len(batch.positions):]
+        rows, self.held, self.read_positions = self._planned_reads(batch, written)
+        # One upload: the batch in the dtypes the calls take, and the reads (docs/contract.md §10.5).
+        idx_dev, qsl_dev, pos_dev, values_dev, sent_reads = upload_arrays(
+            [batch.idx, batch.qsl, batch.positions, batch.values, Reads.packed(rows, self.read_positions)],
+            state.backend)
+        reads = Reads.received(rows, self.read_positions, sent_reads) if len(rows) else None
         for R, (ref, ours) in enumerate(zip(self.reference, self.impl)):
             rank = R if len(self.impl) > 1 else None
             ref.apply_staged_writes()
@@ -185,7 +185,7 @@ class V2World:
         out: list[torch.Tensor] = []
         for ours in self.impl:
             out += [*ours.rows, ours.cnt_dev, *ours.inp, ours.slots]
-        return out + self._data(batch, pairs, values_dev, written)
+        return out + self._data(pairs, values_dev, reads)
 
     def _call(self, what: str, rank: int | None, fn: Any, *args: Any) -> Any:
         try:
@@ -195,18 +195,23 @@ class V2World:
         except Exception as e:  # a kernel that refuses valid input is wrong too
             raise raised(f"V2 {what}", e, rank=rank) from e
 
-    def _data(self, batch: Batch, pairs: list[list[tuple[int, int]]], values: torch.Tensor,
-              written: dict[int, int]) -> list[torch.Tensor]:
-        """Each enabled group's values written through the V2 slots of every rank that
-        holds the group, then every live sequence read back through the gathered
-        input table at its batch position."""
-        state, offset = self.state, self.state.world.id_offset
+    def _planned_reads(self, batch: Batch,
+                       written: dict[int, int]) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray]:
+        """Every live sequence's reads at its batch position: the row of each read, the
+        (request, length) of each sequence read, and the position of each read."""
+        state = self.state
         held = [(rid, written.get(rid, state.requests[rid].written)) for rid in state.live()]
-        self.held = [(rid, n) for rid, n in held if n]
-        counts = np.array([n for _, n in self.held], dtype=np.int64)
-        rows = np.repeat(np.array([batch.position[rid] for rid, _ in self.held], dtype=np.int32), counts)
-        self.read_positions = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        reads = Reads.send(rows, self.read_positions, state.backend) if len(rows) else None
+        held = [(rid, n) for rid, n in held if n]
+        counts = np.array([n for _, n in held], dtype=np.int64)
+        rows = np.repeat(np.array([batch.position[rid] for rid, _ in held], dtype=np.int32), counts)
+        return rows, held, np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+
+    def _data(self, pairs: list[list[tuple[int, int]]], values: torch.Tensor,
+              reads: Reads | None) -> list[torch.Tensor]:
+        """Each enabled group's values written through the V2 slots of every rank that
+        holds the group, then every live sequence read back (`reads`, planned by
+        _planned_reads) through the gathered input table at its batch position."""
+        state, offset = self.state, self.state.world.id_offset
         out = []
         for g, lay in enumerate(state.layouts):
             if not self.enabled[g]:

@@ -184,3 +184,26 @@ def test_bad_reads_are_refused_before_they_are_sent(backend):
         Reads.send(np.array([0, 0], np.int32), np.array([0], np.int64), backend)
     with pytest.raises(TypeError, match="positions must be a 1-D int64 array, got int32"):
         Reads.send(np.array([0], np.int32), np.array([0], np.int32), backend)
+
+
+def test_reads_sent_with_other_arrays_read_as_reads_sent_alone(backend):
+    """A lockstep step sends its reads in the upload of its values (Reads.packed, then
+    Reads.received on the device copy): the same reads as Reads.send makes, and a
+    device copy of the wrong shape or dtype is refused."""
+    from blocktable.device import upload_arrays
+
+    rows, positions = np.array([2, 0, 1], np.int32), np.array([7, 0, 5], np.int64)
+    values = np.arange(5, dtype=np.int64)
+    _, sent = upload_arrays([values, Reads.packed(rows, positions)], backend)
+    together, alone = Reads.received(rows, positions, sent), Reads.send(rows, positions, backend)
+    for a, b in ((together.rows_device, alone.rows_device), (together.positions_device, alone.positions_device)):
+        assert a.dtype == b.dtype == torch.int64
+        assert np.array_equal(a.cpu().numpy(), b.cpu().numpy())
+    assert np.array_equal(together.rows_device.cpu().numpy(), [2, 0, 1])
+    assert np.array_equal(together.positions_device.cpu().numpy(), [7, 0, 5])
+    with pytest.raises(ValueError, match=r"sent as torch.int64 \(5,\), not int64 \(6,\)"):
+        Reads.received(rows, positions, sent[:5])
+    with pytest.raises(ValueError, match=r"sent as torch.int32 \(6,\)"):
+        Reads.received(rows, positions, sent.to(torch.int32))
+    with pytest.raises(ValueError, match="row indices must be >= 0"):
+        Reads.packed(np.array([-1], np.int32), np.array([0], np.int64))
