@@ -12,6 +12,10 @@ the step's own cost. Compare settings by running this once for each, on one host
 its time went: own time by part (our lockstep code, the implementation, the
 reference, Hypothesis, torch, Triton, numpy) and the N functions with the most own
 time. cProfile slows pure Python more than native calls, so the shares are rough.
+`--sample N` runs the third pass under a stack sampler instead (ci/stack_sampler.py),
+which slows no call: the wall time by part of the innermost Python frame (a native
+call, a wait for the device included, is charged to its caller), and the N functions
+on the stack most often, with what they call.
 
 `--device cpu --kernel reference` times the harness's own host work without a GPU:
 the reference's slot mapping stands in for the interpreted kernel, and the KV, V2 and
@@ -33,6 +37,8 @@ import pstats
 import sys
 import tempfile
 import time
+
+from stack_sampler import Samples, sampling
 
 from blocktable.properties.run.fuzz import fuzz_child
 from blocktable.properties.run.messages import Job, Message, Result, Stats
@@ -117,6 +123,41 @@ def profile(examples: int, seed: int, device: str, folder: str, top: int, save: 
     return out.getvalue()
 
 
+def sample(examples: int, seed: int, device: str, folder: str, top: int, kernel: str = "triton") -> str:
+    """A third pass under the stack sampler: wall time by part of the innermost frame,
+    then the `top` functions by samples with them on the stack (those on nearly every
+    stack, the callers of the whole pass, left out)."""
+    with sampling() as samples:
+        stats, elapsed, _ = one_pass(examples, seed, device, folder, kernel)
+    return describe_samples(samples, stats.steps, elapsed, top)
+
+
+def describe_samples(samples: Samples, steps: int, elapsed: float, top: int) -> str:
+    folders = parts_by_folder()
+    total = max(sum(samples.seconds), 1e-9)
+    per_step = 1000 / max(1, steps)
+    out = io.StringIO()
+    out.write(f"sampled pass: {steps} checked steps in {elapsed:.1f} s, {len(samples.stacks)} samples "
+              f"standing for {total:.1f} s; wall time by part of the innermost Python frame:\n")
+    for name, seconds in samples.own(lambda frame: part(frame[0], frame[1], folders)).most_common():
+        out.write(f"  {seconds:7.2f} s {100 * seconds / total:5.1f}%  {name}\n")
+    out.write("functions by the time they were on the stack, with what they call (ms a checked step):\n")
+    shown = 0
+    for (filename, function, line), seconds in samples.inclusive().most_common():
+        if seconds > 0.98 * total:  # the callers of the whole pass
+            continue
+        out.write(f"  {100 * seconds / total:5.1f}% {per_step * seconds:6.3f}  {function} ({filename}:{line})\n")
+        shown += 1
+        if shown == top:
+            break
+    out.write("lines of our code by time, a library's time charged to the line calling it "
+              "(ms a checked step):\n")
+    ours = tuple(folder for folder, _ in folders)
+    for (filename, function, _, line), seconds in samples.lines(lambda f: f[0].startswith(ours)).most_common(top):
+        out.write(f"  {100 * seconds / total:5.1f}% {per_step * seconds:6.3f}  {filename}:{line} ({function})\n")
+    return out.getvalue()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=120, help="programs per pass (default 120)")
@@ -126,6 +167,9 @@ def main() -> None:
                         help="the slot-mapping kernel: ours (triton, the default) or reference (the numpy one)")
     parser.add_argument("--profile", type=int, metavar="N", default=0,
                         help="a third pass under cProfile: own time by part and the N costliest functions")
+    parser.add_argument("--sample", type=int, metavar="N", default=0,
+                        help="a third pass under a stack sampler: wall time by part and the N functions most "
+                             "often on the stack")
     parser.add_argument("--save", metavar="FILE", help="with --profile: the whole profile, in pstats' format, "
                                                        "for `python -m pstats FILE`")
     args = parser.parse_args()
@@ -136,6 +180,8 @@ def main() -> None:
         profiled = ""
         if args.profile:
             profiled = profile(args.examples, args.seed, args.device, folder, args.profile, args.save, args.kernel)
+        if args.sample:
+            profiled += sample(args.examples, args.seed, args.device, folder, args.sample, args.kernel)
     if timed.steps != warm.steps:
         sys.exit(f"the passes ran different programs ({warm.steps} and {timed.steps} steps): not comparable")
     kernel = "" if args.kernel == "triton" else f", slot kernel {args.kernel}"

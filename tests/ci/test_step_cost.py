@@ -41,3 +41,20 @@ def test_the_reference_slot_kernel_times_the_harness_alone(timing_script):
     said = re.fullmatch(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}, slot kernel reference: (\d+) checked steps a pass; .*\n",
                         output)
     assert said and int(said.group(1)) > 0, output
+
+
+@pytest.mark.fuzz
+def test_a_sampled_pass_says_where_its_wall_time_went(timing_script):
+    output = timing_script("step_cost.py", "--sample", "5")
+    head, _, rest = output.partition("\n")
+    assert re.fullmatch(r"\{'BLOCKTABLE_KV_WORLDS': '0'\}: \d+ checked steps a pass; .*", head), output
+    said = re.match(r"sampled pass: (\d+) checked steps in [\d.]+ s, (\d+) samples standing for [\d.]+ s; wall time "
+                    r"by part of the innermost Python frame:\n", rest)
+    assert said and int(said.group(1)) > 0 and int(said.group(2)) > 0, output
+    parts = re.findall(r"^ +[\d.]+ s +[\d.]+%  (.+)$", rest, flags=re.MULTILINE)
+    assert "our lockstep code (properties)" in parts and "Hypothesis" in parts, parts
+    functions = rest.split("functions by the time they were on the stack")[1].split("lines of our code")
+    assert len(re.findall(r"^ +[\d.]+% +[\d.]+  \S+ \(.+:\d+\)$", functions[0], flags=re.MULTILINE)) == 5, output
+    lines = re.findall(r"^ +[\d.]+% +[\d.]+  (.+):\d+ \(\S+\)$", functions[1], flags=re.MULTILINE)
+    ours = ("/blocktable/", "/kernels/", "/properties/", "/reference/")  # a checkout's or an installed layout
+    assert len(lines) == 5 and all(any(folder in path for folder in ours) for path in lines), output
