@@ -217,10 +217,9 @@ class BlockPool:
         if outside.any():
             b = int(ids[outside][0])
             raise InvariantError("id-range", b, f"a live table holds block {b}, outside the pool")
-        # Holders count tables, not entries: each (table, block) pair once.
-        table_of = np.repeat(np.arange(len(tables)), [len(table) for table in tables])
-        pairs = np.unique(table_of * self.num_blocks + ids)
-        holders = np.bincount(pairs % self.num_blocks, minlength=self.num_blocks)
+        # Holders count tables, not entries: each table's distinct blocks once.
+        distinct = np.array([b for table in tables for b in set(table)], dtype=np.int64)
+        holders = np.bincount(distinct, minlength=self.num_blocks)
         queue = np.asarray(self.queue, dtype=np.int64)
         outside = (queue < 0) | (queue >= self.num_blocks)
         if outside.any():
