@@ -13,7 +13,7 @@ padding broke the table the kernel then read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -196,17 +196,20 @@ def check_padded(padded: Padded, back: list[np.ndarray] | None = None) -> None:
         assert_arrays_equal("padded table", expected, rows, group=g)
 
 
-def planned_reads(state: State, written: dict[int, int]) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray]:
+def planned_reads(state: State, written: dict[int, int],
+                  row_of: Callable[[int], int] | None = None) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray]:
     """The contract's §7 read-back of a step, on the host: every live sequence's
     positions 0 .. its length after this step (`written`, for the requests that
     computed tokens), as (request, length) of each sequence read and the row and
-    position of each read."""
+    position of each read. `row_of(request)`: the row it is read at (by default its
+    row of the table; a V2 world reads at its batch position)."""
     held = [(rid, written.get(rid, state.requests[rid].written)) for rid in state.live()]
     held = [(rid, n) for rid, n in held if n]
     if not held:
         return held, np.zeros(0, np.int32), np.zeros(0, np.int64)
     counts = np.array([n for _, n in held])
-    rows = np.repeat(np.array([state.requests[rid].row for rid, _ in held], dtype=np.int32), counts)
+    where = [state.requests[rid].row if row_of is None else row_of(rid) for rid, _ in held]
+    rows = np.repeat(np.array(where, dtype=np.int32), counts)
     # Each request's positions 0 .. n-1, all requests end to end.
     starts = np.repeat(np.cumsum(counts) - counts, counts)
     return held, rows, np.arange(len(rows), dtype=np.int64) - starts

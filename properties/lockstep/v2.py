@@ -37,6 +37,7 @@ from blocktable.plugin import V2_CONTRACTS
 from blocktable.properties.classes.table_v2 import DrivenV2
 from blocktable.properties.compare import Discrepancy, Handed, assert_arrays_equal, raised, same_values
 from blocktable.properties.lockstep import events
+from blocktable.properties.lockstep.launch import planned_reads
 from blocktable.properties.lockstep.state import State
 from blocktable.properties.world import V2Config
 from blocktable.reference import V2BlockTables as ReferenceTables
@@ -155,7 +156,7 @@ class V2World:
             state.event(events.V2_DUMMY_TOKENS)
         if N_pad > N:
             state.event(events.V2_PADDED)
-        rows, self.held, self.read_positions = self._planned_reads(batch, written)
+        self.held, rows, self.read_positions = planned_reads(state, written, batch.position.__getitem__)
         # One upload: the batch in the dtypes the calls take, and the reads (docs/contract.md §10.5).
         idx_dev, qsl_dev, pos_dev, values_dev, sent_reads = upload_arrays(
             [batch.idx, batch.qsl, batch.positions, batch.values, Reads.packed(rows, self.read_positions)],
@@ -195,22 +196,11 @@ class V2World:
         except Exception as e:  # a kernel that refuses valid input is wrong too
             raise raised(f"V2 {what}", e, rank=rank) from e
 
-    def _planned_reads(self, batch: Batch,
-                       written: dict[int, int]) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray]:
-        """Every live sequence's reads at its batch position: the row of each read, the
-        (request, length) of each sequence read, and the position of each read."""
-        state = self.state
-        held = [(rid, written.get(rid, state.requests[rid].written)) for rid in state.live()]
-        held = [(rid, n) for rid, n in held if n]
-        counts = np.array([n for _, n in held], dtype=np.int64)
-        rows = np.repeat(np.array([batch.position[rid] for rid, _ in held], dtype=np.int32), counts)
-        return rows, held, np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-
     def _data(self, pairs: list[list[tuple[int, int]]], values: torch.Tensor,
               reads: Reads | None) -> list[torch.Tensor]:
         """Each enabled group's values written through the V2 slots of every rank that
-        holds the group, then every live sequence read back (`reads`, planned by
-        _planned_reads) through the gathered input table at its batch position."""
+        holds the group, then every live sequence read back (`reads`) through the
+        gathered input table at its batch position."""
         state, offset = self.state, self.state.world.id_offset
         out = []
         for g, lay in enumerate(state.layouts):
