@@ -13,7 +13,7 @@ from queue import Queue
 
 from rich.table import Table
 
-from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, usage_error
+from blocktable.cli.common import EXIT_FAIL, EXIT_PASS, console, errors, usage_error
 from blocktable.cli.progress import bars
 from blocktable.device import CHOICES
 from blocktable.properties.report.describe import label_poison
@@ -79,13 +79,14 @@ def run(args: argparse.Namespace) -> int:
                                     for m in chosen if m not in to_run}
     # On a terminal rich's live bar; in a log (CI) a line when the gate starts, one per
     # verdict and one every BLOCKTABLE_PROGRESS_SECONDS while mutants run, so that a
-    # long gate shows life; none beside --json or --markdown, which own stdout.
-    shown = None if args.json or args.markdown else bars(console)
-    task = shown.add("mutants", len(to_run)) if shown is not None else None
+    # long gate shows life. Beside --json or --markdown, which own stdout, on stderr:
+    # a nightly's `mutants --json > FILE` runs for hours, and a gate stopped by a time
+    # limit has printed no table, so its log holds the verdicts it reached.
+    shown = bars(errors if args.json or args.markdown else console)
+    task = shown.add("mutants", len(to_run))
     done: list[Verdict] = []
     try:
-        if shown is not None:
-            shown.update(task, 0, progress_text(done, len(to_run)))
+        shown.update(task, 0, progress_text(done, len(to_run)))
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(run_placed, m): m for m in to_run}
             pending = set(futures)
@@ -95,13 +96,11 @@ def run(args: argparse.Namespace) -> int:
                     verdict = future.result()
                     verdicts[verdict.id] = verdict
                     done.append(verdict)
-                    if shown is not None:
-                        shown.update(task, len(done), progress_text(done, len(to_run)), event=True)
-                if not finished and shown is not None:  # nothing new: the interval decides
+                    shown.update(task, len(done), progress_text(done, len(to_run)), event=True)
+                if not finished:  # nothing new: the interval decides
                     shown.update(task, len(done), progress_text(done, len(to_run)))
     finally:
-        if shown is not None:
-            shown.stop()
+        shown.stop()
     ordered = [verdicts[m.id] for m in chosen]
     survivors = [v for v in ordered if v.killed is False and not v.equivalent]
     if args.json:

@@ -5,6 +5,7 @@ rich's live bars. The interval is the environment's, checked before any work."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -115,3 +116,30 @@ def test_mutants_in_a_log_print_a_line_at_the_start_and_one_per_verdict(monkeypa
     assert "\r" not in out and "\x1b[" not in out
     assert table.splitlines()[-1] == "1/2 non-equivalent mutants killed; time to kill: median 1.5 s, worst 1.5 s"
 
+
+
+def test_mutants_beside_json_show_progress_on_stderr_and_keep_stdout_json(monkeypatch, capsys):
+    """`mutants --json > FILE` (the nightly's) owns stdout for the verdicts alone; its
+    progress lines go to stderr, so that a log shows each verdict as it comes, also
+    when a time limit stops the gate before the JSON is printed."""
+    from blocktable.properties.mutation import run as mutation_run
+    from blocktable.properties.mutation.catalogue import CATALOGUE
+
+    first = next(m for m in CATALOGUE if not m.equivalent)
+
+    def verdict(mutant, budget, seed, device, place):
+        return mutation_run.Verdict(mutant.id, mutant.layer, mutant.imitates, True, seconds_to_kill=2.0,
+                                    examples_to_kill=1)
+
+    monkeypatch.setattr(mutation_run, "run_mutant", verdict)
+    monkeypatch.setenv(SECONDS_VARIABLE, "3600")
+    for form in ("--json", "--markdown"):
+        assert main(["mutants", "--only", first.id, "--jobs", "1", "--device", "cpu", form]) == 0
+        captured = capsys.readouterr()
+        lines = [re.sub(r"; \d:\d\d:\d\d elapsed$", "; ELAPSED", line) for line in captured.err.splitlines()]
+        assert lines == ["mutants: 0/1 run, 0 killed; ELAPSED",
+                         f"mutants: 1/1 run, 1 killed; {first.id} killed in 2.0 s; ELAPSED"], form
+        if form == "--json":
+            assert [v["id"] for v in json.loads(captured.out)] == [first.id]
+        else:
+            assert captured.out.startswith("| mutant |") and "mutants:" not in captured.out
