@@ -65,7 +65,7 @@ def kv_pair(text: str) -> Bar:
 
 def one_process(text: str) -> Bar:
     rate = passing_rate(text, CHECKED_STEPS)
-    name = "one process, default mix"
+    name = "one process, default mix (`fuzz --jobs 1`)"
     if rate is None:
         return Bar(name, f">= {ONE_PROCESS_BAR:.0f} checked steps/s", "no passing run", None)
     return Bar(name, f">= {ONE_PROCESS_BAR:.0f} checked steps/s", f"{rate:.1f}", rate >= ONE_PROCESS_BAR)
@@ -92,8 +92,9 @@ def stateless(text: str) -> Bar:
 
 
 def main(folder: Path) -> str:
-    bars = [kv_pair(_read(folder / "kv-pair.txt")), one_process(_read(folder / "one.txt")),
-            *host(_read(folder / "scaling" / "jobs-1.txt"), _read(folder / "scaling" / f"jobs-{HOST_JOBS}.txt")),
+    one = _read(folder / "scaling" / "jobs-1.txt")
+    bars = [kv_pair(_read(folder / "kv-pair.txt")), one_process(one),
+            *host(one, _read(folder / "scaling" / f"jobs-{HOST_JOBS}.txt")),
             stateless(_read(folder / "stateless.txt"))]
     lines = ["| bar | wanted | measured | verdict |", "| --- | --- | --- | --- |", *(b.row() for b in bars)]
     for kind in ("write", "copy", "gather"):

@@ -44,7 +44,6 @@ def test_each_bar_is_read_from_its_run_and_judged(tmp_path, summaries):
     rate = float(re.search(r"checked steps\s*│\s*\d+ \(([\d.]+)/s\)", lockstep).group(1))
     (tmp_path / "kv-pair.txt").write_text("checked steps/s: first run A 200.0, B 180.0; swapped A 210.0, B 150.0\n"
                                           "B / A, geometric mean: 0.803\n")
-    (tmp_path / "one.txt").write_text(lockstep)
     (tmp_path / "scaling").mkdir()
     (tmp_path / "scaling" / "jobs-1.txt").write_text(lockstep)
     (tmp_path / "scaling" / "jobs-14.txt").write_text(lockstep)  # the same rate: 1/14 of linear
@@ -54,7 +53,7 @@ def test_each_bar_is_read_from_its_run_and_judged(tmp_path, summaries):
     ratio = ((180 / 200) * (150 / 210)) ** 0.5  # 0.802: the pair's geometric mean, >= 0.80
     assert got["KV worlds' cost (side by side, B: KV worlds on)"][1:] == [
         f"200.0 / 180.0, swapped 210.0 / 150.0: {ratio:.3f}", "met"]
-    assert got["one process, default mix"][1:] == [f"{rate:.1f}", "**not met**"]  # the interpreter's rate
+    assert got["one process, default mix (`fuzz --jobs 1`)"][1:] == [f"{rate:.1f}", "**not met**"]  # the interpreter's rate
     assert got["--jobs 14"][1:] == [f"{rate:,.1f}", "**not met**"]
     assert got["--jobs 14 against one worker"][2] == "**not met**"
     assert got["--jobs 14 against one worker"][1].startswith("7% (")
@@ -68,10 +67,12 @@ def test_a_missing_or_failing_run_is_not_measured_never_met(tmp_path, summaries)
     lockstep, _ = summaries
     failed = re.sub(r"(│ result\s*│\s*)pass", r"\1discrepancy", lockstep)
     assert failed != lockstep
-    (tmp_path / "one.txt").write_text(failed)  # a run with a finding: its rate is no bar's figure
+    (tmp_path / "scaling").mkdir()
+    (tmp_path / "scaling" / "jobs-1.txt").write_text(failed)  # a run with a finding: its rate is no bar's figure
     (tmp_path / "kv-pair.txt").write_text("checked steps/s: first run A , B 180.0; swapped A 210.0, B 150.0\n")
     got = bars(tmp_path)
     assert {name: row[2] for name, row in got.items() if not name.startswith("stateless --")} == {
-        "KV worlds' cost (side by side, B: KV worlds on)": "not measured", "one process, default mix": "not measured",
+        "KV worlds' cost (side by side, B: KV worlds on)": "not measured",
+        "one process, default mix (`fuzz --jobs 1`)": "not measured",
         "--jobs 14": "not measured", "--jobs 14 against one worker": "not measured",
         "stateless slot mapping": "not measured"}
