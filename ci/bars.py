@@ -18,7 +18,8 @@ from pathlib import Path
 CHECKED_STEPS = re.compile(r"^│ checked steps\s*│\s*[\d,]+ \(([\d.]+)/s\)", re.MULTILINE)
 TOKENS_PER_S = re.compile(r"^│ tokens/s\s*│\s*([\d,]+)", re.MULTILINE)
 RESULT = re.compile(r"^│ result\s*│\s*(\S+)", re.MULTILINE)
-PAIR = re.compile(r"first run A ([\d.]+), B ([\d.]+); swapped A ([\d.]+), B ([\d.]+)")
+PAIR = re.compile(r"checked steps/s: first run A ([\d.]+), B ([\d.]+); swapped A ([\d.]+), B ([\d.]+)")
+PAIR_RESULTS = re.compile(r"results: first run A (\w*), B (\w*); swapped A (\w*), B (\w*)")
 
 KV_PAIR_BAR = 0.80
 ONE_PROCESS_BAR = 300.0
@@ -53,10 +54,10 @@ def passing_rate(text: str, pattern: re.Pattern[str]) -> float | None:
 
 
 def kv_pair(text: str) -> Bar:
-    match = PAIR.search(text)
+    match, results = PAIR.search(text), PAIR_RESULTS.search(text)
     name = "KV worlds' cost (side by side, B: KV worlds on)"
-    if match is None:
-        return Bar(name, f"B / A >= {KV_PAIR_BAR}", "no pair of runs", None)
+    if match is None or results is None or set(results.groups()) != {"pass"}:
+        return Bar(name, f"B / A >= {KV_PAIR_BAR}", "no pair of passing runs", None)
     a1, b1, a2, b2 = (float(x) for x in match.groups())
     ratio = math.sqrt((b1 / a1) * (b2 / a2))
     return Bar(name, f"B / A >= {KV_PAIR_BAR}", f"{a1} / {b1}, swapped {a2} / {b2}: {ratio:.3f}",

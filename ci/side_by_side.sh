@@ -55,4 +55,6 @@ fuzz a "$CORES_B" "${A_ENV:-}" a2 "${A_ARGS:-}" & fuzz b "$CORES_A" "${B_ENV:-}"
 rate() { grep -E "^│ checked steps" "$work/$1.txt" | grep -oE "\(([0-9.]+)/s\)" | tr -d '(/s)'; }
 a1=$(rate a1); b1=$(rate b1); a2=$(rate a2); b2=$(rate b2)
 echo "checked steps/s: first run A $a1, B $b1; swapped A $a2, B $b2"
+result() { grep -E "^│ result" "$work/$1.txt" | awk -F'│' '{gsub(/ /, "", $3); print $3}'; }
+echo "results: first run A $(result a1), B $(result b1); swapped A $(result a2), B $(result b2)"
 python3 -c "import math; print(f'B / A, geometric mean: {math.sqrt(($b1 / $a1) * ($b2 / $a2)):.3f}')"

@@ -43,6 +43,7 @@ def test_each_bar_is_read_from_its_run_and_judged(tmp_path, summaries):
     lockstep, stateless = summaries
     rate = float(re.search(r"checked steps\s*│\s*\d+ \(([\d.]+)/s\)", lockstep).group(1))
     (tmp_path / "kv-pair.txt").write_text("checked steps/s: first run A 200.0, B 180.0; swapped A 210.0, B 150.0\n"
+                                          "results: first run A pass, B pass; swapped A pass, B pass\n"
                                           "B / A, geometric mean: 0.803\n")
     (tmp_path / "scaling").mkdir()
     (tmp_path / "scaling" / "jobs-1.txt").write_text(lockstep)
@@ -69,7 +70,8 @@ def test_a_missing_or_failing_run_is_not_measured_never_met(tmp_path, summaries)
     assert failed != lockstep
     (tmp_path / "scaling").mkdir()
     (tmp_path / "scaling" / "jobs-1.txt").write_text(failed)  # a run with a finding: its rate is no bar's figure
-    (tmp_path / "kv-pair.txt").write_text("checked steps/s: first run A , B 180.0; swapped A 210.0, B 150.0\n")
+    (tmp_path / "kv-pair.txt").write_text("checked steps/s: first run A 200.0, B 180.0; swapped A 210.0, B 150.0\n"
+                                          "results: first run A pass, B fail; swapped A pass, B pass\n")
     got = bars(tmp_path)
     assert {name: row[2] for name, row in got.items() if not name.startswith("stateless --")} == {
         "KV worlds' cost (side by side, B: KV worlds on)": "not measured",
